@@ -1,0 +1,15 @@
+//! Ferry's API types and the pure per-kind logic: decoding, defaulting, validation, Table
+//! printing, selectors, patches. No IO.
+
+pub mod decode;
+pub mod defaults;
+pub mod errors;
+pub mod hooks;
+pub mod kinds;
+pub mod patch;
+pub mod printers;
+pub mod protobuf;
+pub mod selectors;
+pub mod validation;
+
+pub use k8s_openapi;

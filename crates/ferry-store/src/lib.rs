@@ -1,0 +1,128 @@
+//! Ferry's storage layer: a key-value store with etcd's semantics.
+//!
+//! * One global, monotonically increasing revision. Every successful write (create, update,
+//!   delete) gets the next revision; a key's `mod_revision` is the revision of its last write and
+//!   `create_revision` the revision that created it.
+//! * Reads: `get` one key, `range` over a prefix (ordered by key, with a limit, a key to continue
+//!   after, and an optional revision to read at).
+//! * Writes: `create` (fails if the key exists), `update` and `delete` guarded by the expected
+//!   `mod_revision` (compare-and-swap), a write returns only once it is durable.
+//! * `watch` a prefix from a revision: every event with a revision greater than the one given, in
+//!   revision order, then live events. Watching from a compacted revision fails with
+//!   [`StoreError::Compacted`] ("too old").
+//! * `compact` forgets history at or below a revision.
+//!
+//! Backends: [`redb`](crate::redb_store) (embedded, the default). The conformance suite in
+//! [`conformance`] is written against the trait so that every backend runs the same tests.
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures::Stream;
+
+pub type Revision = i64;
+
+/// One stored key and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Bytes,
+    pub create_revision: Revision,
+    pub mod_revision: Revision,
+}
+
+/// What `range` returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeResult {
+    pub kvs: Vec<KeyValue>,
+    /// The store revision the range was read at.
+    pub revision: Revision,
+    /// More keys matched than `limit` allowed.
+    pub more: bool,
+}
+
+/// Options for `range`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeOptions {
+    /// At most this many keys (0 = no limit).
+    pub limit: usize,
+    /// Only keys strictly greater than this one (for paging).
+    pub start_after: Option<String>,
+    /// Read at this revision (0 = current). A compacted revision gives `Compacted`.
+    pub revision: Revision,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A create or an update; `prev` is the value before (None on create).
+    Put { kv: KeyValue, prev: Option<KeyValue> },
+    /// A delete at `revision`; `prev` is the last value the key had.
+    Delete { prev: KeyValue, revision: Revision },
+}
+
+impl Event {
+    pub fn revision(&self) -> Revision {
+        match self {
+            Event::Put { kv, .. } => kv.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+    pub fn key(&self) -> &str {
+        match self {
+            Event::Put { kv, .. } => &kv.key,
+            Event::Delete { prev, .. } => &prev.key,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    #[error("key already exists")]
+    AlreadyExists,
+    #[error("key not found")]
+    NotFound,
+    /// The key's mod revision differs from the expected one; `current` is what is stored now.
+    #[error("revision conflict")]
+    Conflict { current: Box<KeyValue> },
+    /// The revision asked for has been compacted away.
+    #[error("required revision {requested} has been compacted (oldest available {compacted})")]
+    Compacted { requested: Revision, compacted: Revision },
+    /// The revision asked for is in the future.
+    #[error("required revision {0} is a future revision")]
+    FutureRevision(Revision),
+    /// The watch fell too far behind and was cancelled; re-list and watch again.
+    #[error("watch cancelled: consumer too slow")]
+    WatchLagged,
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// A stream of watch events, in revision order. An `Err` item ends the stream.
+pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
+
+/// The storage contract. Implementations must be safe to share between tasks.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The current revision (of the last write; 0 on an empty store... or the backend's start).
+    async fn current_revision(&self) -> Result<Revision>;
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
+    async fn range(&self, prefix: &str, opts: RangeOptions) -> Result<RangeResult>;
+    /// Stores `value` under `key` if the key is absent.
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
+    /// Replaces the value if the key's mod revision equals `expected`.
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue>;
+    /// Deletes the key if its mod revision equals `expected` (any revision when `None`).
+    /// Returns the deleted value and the revision of the delete.
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<(KeyValue, Revision)>;
+    /// Events for keys under `prefix` with revision > `after`.
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
+    /// Forgets history at or below `revision`.
+    async fn compact(&self, revision: Revision) -> Result<()>;
+    /// The oldest revision still available for watch and range-at-revision.
+    async fn compacted_revision(&self) -> Result<Revision>;
+}
