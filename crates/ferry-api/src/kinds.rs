@@ -105,6 +105,8 @@ pub trait Strategy: Send + Sync {
     /// The value of a field-selector field other than `metadata.name` / `metadata.namespace`;
     /// `None` when the kind does not support that field.
     fn field(&self, value: &Value, field: &str) -> Option<String>;
+    /// The kind's JSON schema (a `$ref` into the generator's definitions).
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema;
 }
 
 /// The per-kind functions, on typed objects.
@@ -131,8 +133,11 @@ fn typed<K: DeserializeOwned>(v: &Value) -> Option<K> {
 
 impl<K> Strategy for Typed<K>
 where
-    K: DeserializeOwned + Serialize + Send + Sync + 'static,
+    K: DeserializeOwned + Serialize + schemars::JsonSchema + Send + Sync + 'static,
 {
+    fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        generator.subschema_for::<K>()
+    }
     fn info(&self) -> &KindInfo {
         &self.info
     }
