@@ -3,8 +3,16 @@
 
 use k8s_openapi::api::core::v1 as core;
 
+/// Every Namespace carries the immutable label `kubernetes.io/metadata.name=<name>`.
+fn namespace_name_label(ns: &mut core::Namespace) {
+    if let Some(name) = ns.metadata.name.clone().filter(|n| !n.is_empty()) {
+        ns.metadata.labels.get_or_insert_with(Default::default).insert("kubernetes.io/metadata.name".to_string(), name);
+    }
+}
+
 /// A new Namespace is `Active` and carries the `kubernetes` finalizer in its spec.
 pub fn namespace_create(ns: &mut core::Namespace) {
+    namespace_name_label(ns);
     let status = ns.status.get_or_insert_with(Default::default);
     status.phase = Some("Active".to_string());
     let spec = ns.spec.get_or_insert_with(Default::default);
@@ -16,6 +24,7 @@ pub fn namespace_create(ns: &mut core::Namespace) {
 
 /// A Namespace update keeps the spec finalizers as they were (only `/finalize` changes them).
 pub fn namespace_update(ns: &mut core::Namespace, old: &core::Namespace) {
+    namespace_name_label(ns);
     let old_finalizers = old.spec.as_ref().and_then(|s| s.finalizers.clone());
     ns.spec.get_or_insert_with(Default::default).finalizers = old_finalizers;
 }

@@ -1,1 +1,100 @@
-fn main() {}
+//! `ferry`: Kubernetes service networking in one program.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(name = "ferry", version, about = "Kubernetes service networking in one Rust program")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run everything in one process (API server on an embedded store, and the cluster's services).
+    Up(ServerArgs),
+    /// Run only the API server.
+    Apiserver(ServerArgs),
+    /// Run the cluster DNS server against a Kubernetes API server.
+    Dns(ferry_dns::DnsArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ServerArgs {
+    /// Where Ferry keeps its state, certificates and the admin kubeconfig.
+    #[arg(long, default_value = "./.ferry")]
+    data_dir: PathBuf,
+    /// The API server's listen address.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen_api: SocketAddr,
+    /// Serve the API over plain HTTP instead of HTTPS (bearer tokens are still required).
+    #[arg(long)]
+    plain_http: bool,
+    /// Extra DNS names or IPs for the API server's certificate (repeatable).
+    #[arg(long = "tls-san")]
+    tls_san: Vec<String>,
+    /// Keep this many revisions of history for watches (older ones are compacted).
+    #[arg(long, default_value_t = 100_000)]
+    history_revisions: i64,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| "info,hyper=warn,kube=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::Up(a) => run_server(a, "up").await,
+            Command::Apiserver(a) => run_server(a, "apiserver").await,
+            Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
+    std::fs::create_dir_all(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
+    let store = ferry_store::redb_store::RedbStore::open(&a.data_dir.join("store.redb"))
+        .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
+    let store: Arc<dyn ferry_store::Store> = Arc::new(store);
+    let shutdown = CancellationToken::new();
+    ferry_store::compactor::spawn_compactor(store.clone(), std::time::Duration::from_secs(60), a.history_revisions);
+    let config = ferry_apiserver::Config {
+        data_dir: a.data_dir.clone(),
+        listen: a.listen_api,
+        plain_http: a.plain_http,
+        extra_sans: a.tls_san.clone(),
+    };
+    let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
+    tracing::info!(mode, url = %running.url, kubeconfig = %running.kubeconfig.display(), "ferry is ready");
+    eprintln!("ferry {mode}: API server ready at {} (kubeconfig: {})", running.url, running.kubeconfig.display());
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    shutdown.cancel();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), running.done).await;
+    Ok(())
+}

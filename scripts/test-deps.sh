@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what Ferry's tests need when it is missing: Debian etcd-server, kubernetes-client
+# (kubectl 1.20, unpacked privately when another kubectl owns /usr/bin/kubectl), nftables,
+# dnsutils, protobuf-compiler; PyPI kubernetes. Idempotent.
+set -euo pipefail
+TOOLS=${FERRY_TOOLS_DIR:-/var/tmp/ferry-tools}
+mkdir -p "$TOOLS"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+
+need=()
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v dig >/dev/null 2>&1 || need+=(dnsutils)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
+updated=0
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test-deps: installing ${need[*]}" >&2
+  $SUDO apt-get update -qq && updated=1
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# Debian's kubectl 1.20, kept beside whatever kubectl the machine has.
+K120="$TOOLS/kubectl-1.20/usr/bin/kubectl"
+if [ ! -x "$K120" ]; then
+  echo "test-deps: unpacking Debian kubernetes-client (kubectl 1.20)" >&2
+  [ "$updated" = 1 ] || $SUDO apt-get update -qq
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq kubernetes-client >/dev/null)
+  dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$TOOLS/kubectl-1.20"
+  rm -rf "$tmp"
+fi
+
+if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
+  echo "test-deps: pip install kubernetes" >&2
+  python3 -m pip install -q --disable-pip-version-check kubernetes
+fi
+echo "$K120"
