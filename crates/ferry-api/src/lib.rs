@@ -6,6 +6,7 @@ pub mod defaults;
 pub mod errors;
 pub mod hooks;
 pub mod kinds;
+pub mod names;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;
