@@ -17,6 +17,14 @@
 
 use std::pin::Pin;
 
+mod codec;
+mod compactor;
+pub mod conformance;
+pub mod redb_store;
+
+pub use compactor::{CompactorHandle, spawn_compactor};
+pub use redb_store::{RedbOptions, RedbStore};
+
 use bytes::Bytes;
 use futures::Stream;
 
@@ -56,7 +64,10 @@ pub struct RangeOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// A create or an update; `prev` is the value before (None on create).
-    Put { kv: KeyValue, prev: Option<KeyValue> },
+    Put {
+        kv: KeyValue,
+        prev: Option<KeyValue>,
+    },
     /// A delete at `revision`; `prev` is the last value the key had.
     Delete { prev: KeyValue, revision: Revision },
 }
@@ -87,7 +98,10 @@ pub enum StoreError {
     Conflict { current: Box<KeyValue> },
     /// The revision asked for has been compacted away.
     #[error("required revision {requested} has been compacted (oldest available {compacted})")]
-    Compacted { requested: Revision, compacted: Revision },
+    Compacted {
+        requested: Revision,
+        compacted: Revision,
+    },
     /// The revision asked for is in the future.
     #[error("required revision {0} is a future revision")]
     FutureRevision(Revision),

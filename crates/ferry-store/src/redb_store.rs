@@ -1,0 +1,771 @@
+//! The embedded backend: a [`Store`] on one [`redb`] file.
+//!
+//! # Layout
+//!
+//! * `kv`: key -> `create_revision | mod_revision | value` (the current state).
+//! * `log`: revision -> event (see [`crate::codec`]), including the previous value of updates
+//!   and deletes. `watch` replays it and `range` at an old revision undoes it.
+//! * `meta`: `"revision"` (last written revision) and `"compacted"` (log entries at or below it
+//!   are gone).
+//!
+//! # Writes: group commit
+//!
+//! Every write goes over a channel to one writer thread. The writer takes everything queued (up
+//! to [`RedbOptions::max_batch`]), applies the requests in order in one write transaction (each
+//! request succeeds or fails on its own; failures use no revision), commits once with immediate
+//! durability (fsync), publishes the batch of events to watchers, and only then answers the
+//! callers. A write is therefore acknowledged only once it is on disk, and many concurrent
+//! writers share one fsync.
+//!
+//! # Reads
+//!
+//! Reads use redb read transactions (snapshots) directly, without going through the writer.
+//! `range` at `revision == 0` (or the current revision) scans `kv`; at an older, not compacted
+//! revision it scans `kv` and the log entries after that revision, taking for every key changed
+//! since then the value it had before its first later change. That costs time proportional to
+//! the number of writes since the revision asked for.
+//!
+//! # Watch
+//!
+//! A watch subscribes to the live broadcast *first*, then notes the current revision `S`,
+//! replays the log in `(after, S]` in chunks, and then passes on live events with revision
+//! `> S`, so there is neither a gap nor a duplicate between replay and live phases. A watcher
+//! that falls more than [`RedbOptions::watch_buffer`] batches behind gets
+//! [`StoreError::WatchLagged`] as its last item.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::codec::{decode_event, decode_kv, encode_event, encode_kv, event_key};
+use crate::{
+    Event, KeyValue, RangeOptions, RangeResult, Result, Revision, Store, StoreError, WatchStream,
+};
+
+const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+const LOG: TableDefinition<i64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<&str, i64> = TableDefinition::new("meta");
+const META_REVISION: &str = "revision";
+const META_COMPACTED: &str = "compacted";
+
+/// The file name used when [`RedbStore::open`] is given a directory.
+pub const DEFAULT_FILE_NAME: &str = "ferry.redb";
+
+/// Log entries read per replay step of a watch.
+const REPLAY_CHUNK: usize = 1024;
+
+/// Tuning knobs for [`RedbStore::open_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedbOptions {
+    /// The most write requests applied in one transaction (one fsync).
+    pub max_batch: usize,
+    /// How many requests may wait for the writer before callers wait to enqueue.
+    pub queue: usize,
+    /// How many committed batches a watcher may fall behind before it is cancelled with
+    /// [`StoreError::WatchLagged`].
+    pub watch_buffer: usize,
+    /// redb page cache size in bytes (`None` = redb's default).
+    pub cache_size: Option<usize>,
+}
+
+impl Default for RedbOptions {
+    fn default() -> Self {
+        RedbOptions {
+            max_batch: 1024,
+            queue: 8192,
+            watch_buffer: 4096,
+            cache_size: None,
+        }
+    }
+}
+
+/// One committed write transaction's events, shared by all watchers.
+type Batch = Arc<Vec<Event>>;
+
+struct Shared {
+    db: Database,
+    /// The last committed revision (updated after the commit, before watchers are told).
+    revision: AtomicI64,
+    compacted: AtomicI64,
+}
+
+/// A [`Store`] on a redb file. Cheap to share behind an `Arc`; dropping the last handle stops
+/// the writer thread once queued writes are done.
+pub struct RedbStore {
+    shared: Arc<Shared>,
+    writes: mpsc::Sender<Request>,
+    events: broadcast::Sender<Batch>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("path", &self.path)
+            .field("revision", &self.shared.revision.load(Ordering::Acquire))
+            .field("compacted", &self.shared.compacted.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+enum Op {
+    Create {
+        key: String,
+        value: Bytes,
+    },
+    Update {
+        key: String,
+        value: Bytes,
+        expected: Revision,
+    },
+    Delete {
+        key: String,
+        expected: Option<Revision>,
+    },
+    Compact {
+        revision: Revision,
+    },
+}
+
+enum Reply {
+    Kv(KeyValue),
+    Deleted(KeyValue, Revision),
+    Compacted,
+}
+
+struct Request {
+    op: Op,
+    reply: oneshot::Sender<Result<Reply>>,
+}
+
+fn internal(e: impl Into<redb::Error>) -> StoreError {
+    StoreError::Internal(e.into().to_string())
+}
+
+impl RedbStore {
+    /// Opens (creating if needed) the store at `path`, with default options. If `path` is an
+    /// existing directory, the file [`DEFAULT_FILE_NAME`] inside it is used; otherwise `path` is
+    /// the database file and missing parent directories are created.
+    ///
+    /// Must be called inside a Tokio runtime only for the watch/compactor helpers; the writer
+    /// is a plain thread.
+    pub fn open(path: &Path) -> Result<RedbStore> {
+        Self::open_with(path, RedbOptions::default())
+    }
+
+    /// [`RedbStore::open`] with explicit options.
+    pub fn open_with(path: &Path, options: RedbOptions) -> Result<RedbStore> {
+        let file = if path.is_dir() {
+            path.join(DEFAULT_FILE_NAME)
+        } else {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StoreError::Unavailable(format!("creating {}: {e}", parent.display()))
+                })?;
+            }
+            path.to_path_buf()
+        };
+        let mut builder = Database::builder();
+        if let Some(bytes) = options.cache_size {
+            builder.set_cache_size(bytes);
+        }
+        let db = builder
+            .create(&file)
+            .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
+
+        // Create the tables (so read transactions can always open them) and load the counters.
+        let (revision, compacted) = {
+            let mut txn = db.begin_write().map_err(internal)?;
+            txn.set_durability(Durability::Immediate)
+                .map_err(|e| StoreError::Internal(e.to_string()))?;
+            let counters = {
+                txn.open_table(KV).map_err(internal)?;
+                txn.open_table(LOG).map_err(internal)?;
+                let meta = txn.open_table(META).map_err(internal)?;
+                (
+                    read_meta(&meta, META_REVISION)?,
+                    read_meta(&meta, META_COMPACTED)?,
+                )
+            };
+            txn.commit().map_err(internal)?;
+            counters
+        };
+
+        let shared = Arc::new(Shared {
+            db,
+            revision: AtomicI64::new(revision),
+            compacted: AtomicI64::new(compacted),
+        });
+        let (writes, rx) = mpsc::channel(options.queue.max(1));
+        let (events, _) = broadcast::channel(options.watch_buffer.max(1));
+        let writer = Writer {
+            shared: shared.clone(),
+            events: events.clone(),
+            max_batch: options.max_batch.max(1),
+            revision,
+            compacted,
+        };
+        std::thread::Builder::new()
+            .name("ferry-store-writer".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| StoreError::Internal(format!("spawning the writer thread: {e}")))?;
+        tracing::debug!(file = %file.display(), revision, compacted, "opened redb store");
+        Ok(RedbStore {
+            shared,
+            writes,
+            events,
+            path: file,
+        })
+    }
+
+    /// The database file in use.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn submit(&self, op: Op) -> Result<Reply> {
+        let (reply, rx) = oneshot::channel();
+        self.writes
+            .send(Request { op, reply })
+            .await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?
+    }
+}
+
+fn read_meta(meta: &impl ReadableTable<&'static str, i64>, name: &str) -> Result<i64> {
+    Ok(meta.get(name).map_err(internal)?.map_or(0, |g| g.value()))
+}
+
+fn unexpected_reply() -> StoreError {
+    StoreError::Internal("unexpected reply from the store writer".into())
+}
+
+/// The single writer: owns the revision counter and applies queued requests in batches.
+struct Writer {
+    shared: Arc<Shared>,
+    events: broadcast::Sender<Batch>,
+    max_batch: usize,
+    /// Last committed revision and compacted revision.
+    revision: Revision,
+    compacted: Revision,
+}
+
+/// The result of applying one batch in a (not yet committed) transaction.
+struct Applied {
+    outcomes: Vec<Result<Reply>>,
+    events: Vec<Event>,
+    revision: Revision,
+    compacted: Revision,
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+        let mut batch = Vec::with_capacity(self.max_batch);
+        while let Some(first) = rx.blocking_recv() {
+            batch.push(first);
+            while batch.len() < self.max_batch {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.commit_batch(&mut batch);
+        }
+        tracing::debug!("store writer stopped");
+    }
+
+    fn commit_batch(&mut self, batch: &mut Vec<Request>) {
+        match self.apply(batch) {
+            Ok(applied) => {
+                self.revision = applied.revision;
+                self.compacted = applied.compacted;
+                self.shared
+                    .revision
+                    .store(applied.revision, Ordering::Release);
+                self.shared
+                    .compacted
+                    .store(applied.compacted, Ordering::Release);
+                if !applied.events.is_empty() {
+                    // No receivers is fine: nobody is watching.
+                    let _ = self.events.send(Arc::new(applied.events));
+                }
+                for (req, outcome) in batch.drain(..).zip(applied.outcomes) {
+                    let _ = req.reply.send(outcome);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, requests = batch.len(), "store write transaction failed");
+                for req in batch.drain(..) {
+                    let _ = req.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn apply(&self, batch: &[Request]) -> Result<Applied> {
+        let mut txn = self.shared.db.begin_write().map_err(internal)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut applied = Applied {
+            outcomes: Vec::with_capacity(batch.len()),
+            events: Vec::new(),
+            revision: self.revision,
+            compacted: self.compacted,
+        };
+        {
+            let mut kv = txn.open_table(KV).map_err(internal)?;
+            let mut log = txn.open_table(LOG).map_err(internal)?;
+            let mut meta = txn.open_table(META).map_err(internal)?;
+            for req in batch {
+                let outcome = apply_one(&mut kv, &mut log, &mut meta, &mut applied, &req.op)?;
+                applied.outcomes.push(outcome);
+            }
+            if applied.revision != self.revision {
+                meta.insert(META_REVISION, applied.revision)
+                    .map_err(internal)?;
+            }
+        }
+        if applied.revision == self.revision && applied.compacted == self.compacted {
+            // Nothing changed (every request failed its precondition).
+            txn.abort().map_err(internal)?;
+        } else {
+            txn.commit().map_err(internal)?;
+        }
+        Ok(applied)
+    }
+}
+
+type KvTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
+type LogTable<'t> = redb::Table<'t, i64, &'static [u8]>;
+type MetaTable<'t> = redb::Table<'t, &'static str, i64>;
+
+fn current(kv: &KvTable<'_>, key: &str) -> Result<Option<KeyValue>> {
+    match kv.get(key).map_err(internal)? {
+        Some(raw) => Ok(Some(decode_kv(key, raw.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Applies one request. `Err` means the transaction is unusable; a failed precondition is an
+/// `Ok(Err(..))` outcome.
+fn apply_one(
+    kv: &mut KvTable<'_>,
+    log: &mut LogTable<'_>,
+    meta: &mut MetaTable<'_>,
+    applied: &mut Applied,
+    op: &Op,
+) -> Result<Result<Reply>> {
+    let put = |kv: &mut KvTable<'_>,
+               log: &mut LogTable<'_>,
+               applied: &mut Applied,
+               key: &str,
+               value: &Bytes,
+               prev: Option<KeyValue>|
+     -> Result<Result<Reply>> {
+        let revision = applied.revision + 1;
+        let new = KeyValue {
+            key: key.to_owned(),
+            value: value.clone(),
+            create_revision: prev.as_ref().map_or(revision, |p| p.create_revision),
+            mod_revision: revision,
+        };
+        kv.insert(
+            key,
+            encode_kv(new.create_revision, revision, value).as_slice(),
+        )
+        .map_err(internal)?;
+        let event = Event::Put {
+            kv: new.clone(),
+            prev,
+        };
+        log.insert(revision, encode_event(&event).as_slice())
+            .map_err(internal)?;
+        applied.events.push(event);
+        applied.revision = revision;
+        Ok(Ok(Reply::Kv(new)))
+    };
+    match op {
+        Op::Create { key, value } => match current(kv, key)? {
+            Some(_) => Ok(Err(StoreError::AlreadyExists)),
+            None => put(kv, log, applied, key, value, None),
+        },
+        Op::Update {
+            key,
+            value,
+            expected,
+        } => match current(kv, key)? {
+            None => Ok(Err(StoreError::NotFound)),
+            Some(cur) if cur.mod_revision != *expected => Ok(Err(StoreError::Conflict {
+                current: Box::new(cur),
+            })),
+            Some(cur) => put(kv, log, applied, key, value, Some(cur)),
+        },
+        Op::Delete { key, expected } => match current(kv, key)? {
+            None => Ok(Err(StoreError::NotFound)),
+            Some(cur) if expected.is_some_and(|e| e != cur.mod_revision) => {
+                Ok(Err(StoreError::Conflict {
+                    current: Box::new(cur),
+                }))
+            }
+            Some(cur) => {
+                let revision = applied.revision + 1;
+                kv.remove(key.as_str()).map_err(internal)?;
+                let event = Event::Delete {
+                    prev: cur.clone(),
+                    revision,
+                };
+                log.insert(revision, encode_event(&event).as_slice())
+                    .map_err(internal)?;
+                applied.events.push(event);
+                applied.revision = revision;
+                Ok(Ok(Reply::Deleted(cur, revision)))
+            }
+        },
+        Op::Compact { revision } => {
+            if *revision > applied.revision {
+                return Ok(Err(StoreError::FutureRevision(*revision)));
+            }
+            if *revision <= applied.compacted {
+                return Ok(Ok(Reply::Compacted));
+            }
+            log.retain_in(..=*revision, |_, _| false)
+                .map_err(internal)?;
+            meta.insert(META_COMPACTED, *revision).map_err(internal)?;
+            applied.compacted = *revision;
+            Ok(Ok(Reply::Compacted))
+        }
+    }
+}
+
+/// The state of a key at an old revision, from the first log event after that revision.
+fn state_before(event: Event) -> Option<KeyValue> {
+    match event {
+        Event::Put { prev, .. } => prev,
+        Event::Delete { prev, .. } => Some(prev),
+    }
+}
+
+fn range_blocking(shared: &Shared, prefix: &str, opts: &RangeOptions) -> Result<RangeResult> {
+    let txn = shared.db.begin_read().map_err(internal)?;
+    let meta = txn.open_table(META).map_err(internal)?;
+    let current_rev = read_meta(&meta, META_REVISION)?;
+    let compacted = read_meta(&meta, META_COMPACTED)?;
+    let at = if opts.revision <= 0 {
+        current_rev
+    } else {
+        opts.revision
+    };
+    if at > current_rev {
+        return Err(StoreError::FutureRevision(at));
+    }
+    if at < compacted {
+        return Err(StoreError::Compacted {
+            requested: at,
+            compacted,
+        });
+    }
+    let lower = match &opts.start_after {
+        Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+        _ => Bound::Included(prefix),
+    };
+    let limit = if opts.limit == 0 {
+        usize::MAX
+    } else {
+        opts.limit
+    };
+    let kv = txn.open_table(KV).map_err(internal)?;
+    let mut current_iter = kv
+        .range::<&str>((lower, Bound::Unbounded))
+        .map_err(internal)?
+        .map(|entry| -> Result<KeyValue> {
+            let (k, v) = entry.map_err(internal)?;
+            decode_kv(k.value(), v.value())
+        })
+        .take_while(|r| r.as_ref().map_or(true, |kv| kv.key.starts_with(prefix)));
+
+    let mut kvs = Vec::new();
+    let mut more = false;
+    if at == current_rev {
+        for item in current_iter {
+            let item = item?;
+            if kvs.len() == limit {
+                more = true;
+                break;
+            }
+            kvs.push(item);
+        }
+        return Ok(RangeResult {
+            kvs,
+            revision: at,
+            more,
+        });
+    }
+
+    // Undo the writes after `at`: for each key changed since, its state before the first change.
+    let log = txn.open_table(LOG).map_err(internal)?;
+    let mut undone: BTreeMap<String, Option<KeyValue>> = BTreeMap::new();
+    for entry in log.range((at + 1)..).map_err(internal)? {
+        let (rev, raw) = entry.map_err(internal)?;
+        let raw = raw.value();
+        let key = event_key(raw)?;
+        let in_range =
+            key.starts_with(prefix) && opts.start_after.as_deref().is_none_or(|after| key > after);
+        if in_range && !undone.contains_key(key) {
+            let event = decode_event(rev.value(), raw)?;
+            undone.insert(key.to_owned(), state_before(event));
+        }
+    }
+    // Merge the current keys not changed since `at` with the undone ones, in key order.
+    let mut old = undone.into_values().flatten().peekable();
+    let mut now = None;
+    loop {
+        if now.is_none() {
+            now = loop {
+                match current_iter.next().transpose()? {
+                    Some(kv) if changed_since(&kv, at) => continue,
+                    other => break other,
+                }
+            };
+        }
+        let next = match (&now, old.peek()) {
+            (None, None) => break,
+            (Some(_), None) => now.take(),
+            (None, Some(_)) => old.next(),
+            (Some(n), Some(o)) => {
+                if n.key < o.key {
+                    now.take()
+                } else {
+                    old.next()
+                }
+            }
+        };
+        let Some(next) = next else { break };
+        if kvs.len() == limit {
+            more = true;
+            break;
+        }
+        kvs.push(next);
+    }
+    Ok(RangeResult {
+        kvs,
+        revision: at,
+        more,
+    })
+}
+
+/// A current key whose last change is after `at` was changed since; its old state (if any) comes
+/// from the log instead.
+fn changed_since(kv: &KeyValue, at: Revision) -> bool {
+    kv.mod_revision > at
+}
+
+/// Reads log entries in `(cursor, until]` for keys under `prefix`, at most [`REPLAY_CHUNK`] of
+/// them scanned. Returns the matching events and the revision scanned up to.
+fn replay_chunk(
+    shared: &Shared,
+    prefix: &str,
+    cursor: Revision,
+    until: Revision,
+) -> Result<(Vec<Event>, Revision)> {
+    let txn = shared.db.begin_read().map_err(internal)?;
+    let meta = txn.open_table(META).map_err(internal)?;
+    let compacted = read_meta(&meta, META_COMPACTED)?;
+    if cursor < compacted {
+        return Err(StoreError::Compacted {
+            requested: cursor,
+            compacted,
+        });
+    }
+    let log = txn.open_table(LOG).map_err(internal)?;
+    let mut events = Vec::new();
+    let mut scanned_to = until;
+    for (n, entry) in log
+        .range((cursor + 1)..=until)
+        .map_err(internal)?
+        .enumerate()
+    {
+        let (rev, raw) = entry.map_err(internal)?;
+        let rev = rev.value();
+        let raw = raw.value();
+        if event_key(raw)?.starts_with(prefix) {
+            events.push(decode_event(rev, raw)?);
+        }
+        if n + 1 == REPLAY_CHUNK {
+            scanned_to = rev;
+            break;
+        }
+    }
+    Ok((events, scanned_to))
+}
+
+struct WatchState {
+    shared: Arc<Shared>,
+    prefix: Arc<str>,
+    live: broadcast::Receiver<Batch>,
+    /// Every event at or below this revision has been delivered (or did not match).
+    cursor: Revision,
+    /// The revision the replay phase reads up to; live events above it follow.
+    replay_until: Revision,
+    pending: VecDeque<Event>,
+    done: bool,
+}
+
+impl WatchState {
+    async fn next(mut self) -> Option<(Result<Event>, WatchState)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((Ok(event), self));
+            }
+            if self.done {
+                return None;
+            }
+            if self.cursor < self.replay_until {
+                let (shared, prefix) = (self.shared.clone(), self.prefix.clone());
+                let (cursor, until) = (self.cursor, self.replay_until);
+                let chunk = tokio::task::spawn_blocking(move || {
+                    replay_chunk(&shared, &prefix, cursor, until)
+                })
+                .await
+                .map_err(|e| StoreError::Internal(format!("watch replay task: {e}")))
+                .and_then(|r| r);
+                match chunk {
+                    Ok((events, scanned_to)) => {
+                        self.pending.extend(events);
+                        self.cursor = scanned_to;
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Some((Err(e), self));
+                    }
+                }
+                continue;
+            }
+            match self.live.recv().await {
+                Ok(batch) => {
+                    for event in batch.iter() {
+                        if event.revision() > self.cursor && event.key().starts_with(&*self.prefix)
+                        {
+                            self.pending.push_back(event.clone());
+                        }
+                    }
+                    if let Some(last) = batch.last() {
+                        self.cursor = self.cursor.max(last.revision());
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.done = true;
+                    return Some((Err(StoreError::WatchLagged), self));
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.done = true;
+                    return Some((Err(StoreError::Unavailable("store closed".into())), self));
+                }
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedbStore {
+    async fn current_revision(&self) -> Result<Revision> {
+        Ok(self.shared.revision.load(Ordering::Acquire))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let txn = self.shared.db.begin_read().map_err(internal)?;
+        let kv = txn.open_table(KV).map_err(internal)?;
+        match kv.get(key).map_err(internal)? {
+            Some(raw) => Ok(Some(decode_kv(key, raw.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn range(&self, prefix: &str, opts: RangeOptions) -> Result<RangeResult> {
+        let shared = self.shared.clone();
+        let prefix = prefix.to_owned();
+        tokio::task::spawn_blocking(move || range_blocking(&shared, &prefix, &opts))
+            .await
+            .map_err(|e| StoreError::Internal(format!("range task: {e}")))?
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        match self
+            .submit(Op::Create {
+                key: key.to_owned(),
+                value,
+            })
+            .await?
+        {
+            Reply::Kv(kv) => Ok(kv),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        let op = Op::Update {
+            key: key.to_owned(),
+            value,
+            expected,
+        };
+        match self.submit(op).await? {
+            Reply::Kv(kv) => Ok(kv),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<(KeyValue, Revision)> {
+        match self
+            .submit(Op::Delete {
+                key: key.to_owned(),
+                expected,
+            })
+            .await?
+        {
+            Reply::Deleted(kv, revision) => Ok((kv, revision)),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        // Subscribe before noting the revision: everything committed later is received live.
+        let live = self.events.subscribe();
+        let compacted = self.shared.compacted.load(Ordering::Acquire);
+        let after = after.max(0);
+        if after < compacted {
+            return Err(StoreError::Compacted {
+                requested: after,
+                compacted,
+            });
+        }
+        let replay_until = self.shared.revision.load(Ordering::Acquire);
+        let state = WatchState {
+            shared: self.shared.clone(),
+            prefix: Arc::from(prefix),
+            live,
+            cursor: after,
+            replay_until,
+            pending: VecDeque::new(),
+            done: false,
+        };
+        Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        match self.submit(Op::Compact { revision }).await? {
+            Reply::Compacted => Ok(()),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn compacted_revision(&self) -> Result<Revision> {
+        Ok(self.shared.compacted.load(Ordering::Acquire))
+    }
+}
