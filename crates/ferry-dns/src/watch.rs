@@ -1,0 +1,425 @@
+//! Feeding the index from the API server: projections of the Kubernetes objects and `kube`
+//! watchers. On errors the watchers back off and retry while the index keeps serving the last
+//! state (serve-stale).
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::index::*;
+use crate::metrics::Metrics;
+use crate::server::SharedIndex;
+
+/// The label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+fn port_u16(p: i32) -> Option<u16> {
+    u16::try_from(p).ok().filter(|p| *p > 0)
+}
+
+/// Projects a Service to what DNS needs.
+pub fn project_service(s: &Service) -> Option<ServiceInfo> {
+    let namespace = s.metadata.namespace.clone()?;
+    let name = s.metadata.name.clone()?;
+    let spec = s.spec.as_ref()?;
+    let kind = if spec.type_.as_deref() == Some("ExternalName") {
+        let target = spec.external_name.as_deref().unwrap_or_default();
+        ServiceKind::ExternalName(target.trim_end_matches('.').to_ascii_lowercase())
+    } else if spec.cluster_ip.as_deref() == Some("None") {
+        ServiceKind::Headless
+    } else {
+        let mut ips: Vec<IpAddr> = spec
+            .cluster_ips
+            .iter()
+            .flatten()
+            .filter_map(|ip| ip.parse().ok())
+            .collect();
+        if ips.is_empty()
+            && let Some(ip) = spec.cluster_ip.as_deref().and_then(|ip| ip.parse().ok())
+        {
+            ips.push(ip);
+        }
+        ServiceKind::ClusterIp(ips)
+    };
+    let ports = spec
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(PortInfo {
+                name: p.name.clone().unwrap_or_default().to_ascii_lowercase(),
+                protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+                port: port_u16(p.port)?,
+            })
+        })
+        .collect();
+    Some(ServiceInfo {
+        namespace,
+        name,
+        kind,
+        ports,
+        publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
+    })
+}
+
+/// Projects an EndpointSlice (None if it has no service-name label).
+pub fn project_slice(s: &EndpointSlice) -> Option<SliceInfo> {
+    let namespace = s.metadata.namespace.clone()?;
+    let name = s.metadata.name.clone()?;
+    let service = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
+    let mut endpoints = Vec::new();
+    for ep in s.endpoints.iter().flatten() {
+        // A nil "ready" condition means unknown, to be interpreted as ready.
+        let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+        for addr in &ep.addresses {
+            if let Ok(ip) = addr.parse::<IpAddr>() {
+                endpoints.push(EndpointInfo {
+                    ip,
+                    hostname: ep.hostname.clone(),
+                    ready,
+                });
+            }
+        }
+    }
+    let ports = s
+        .ports
+        .iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(PortInfo {
+                name: p.name.clone().unwrap_or_default().to_ascii_lowercase(),
+                protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+                port: port_u16(p.port?)?,
+            })
+        })
+        .collect();
+    Some(SliceInfo {
+        namespace,
+        name,
+        service,
+        endpoints,
+        ports,
+    })
+}
+
+/// Projects a Pod to its IPs.
+pub fn project_pod(p: &Pod) -> Option<PodInfo> {
+    let namespace = p.metadata.namespace.clone()?;
+    let name = p.metadata.name.clone()?;
+    let status = p.status.as_ref();
+    let mut ips: Vec<IpAddr> = status
+        .and_then(|s| s.pod_ips.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.parse().ok())
+        .collect();
+    if ips.is_empty()
+        && let Some(ip) = status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|i| i.parse().ok())
+    {
+        ips.push(ip);
+    }
+    Some(PodInfo {
+        namespace,
+        name,
+        ips,
+    })
+}
+
+/// How one watched kind maps onto the index.
+pub trait Watched: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+    const KIND: &'static str;
+    fn key(&self) -> Option<(String, String)> {
+        Some((self.meta().namespace.clone()?, self.meta().name.clone()?))
+    }
+    fn upsert(&self, idx: &mut Index) -> bool;
+    fn remove(idx: &mut Index, ns: &str, name: &str) -> bool;
+    fn keys(idx: &Index) -> Vec<(String, String)>;
+}
+
+impl Watched for Service {
+    const KIND: &'static str = "Service";
+    fn upsert(&self, idx: &mut Index) -> bool {
+        match project_service(self) {
+            Some(s) => idx.upsert_service(s),
+            None => self
+                .key()
+                .is_some_and(|(ns, n)| idx.delete_service(&ns, &n)),
+        }
+    }
+    fn remove(idx: &mut Index, ns: &str, name: &str) -> bool {
+        idx.delete_service(ns, name)
+    }
+    fn keys(idx: &Index) -> Vec<(String, String)> {
+        idx.services()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+            .collect()
+    }
+}
+
+impl Watched for EndpointSlice {
+    const KIND: &'static str = "EndpointSlice";
+    fn upsert(&self, idx: &mut Index) -> bool {
+        match project_slice(self) {
+            Some(s) => idx.upsert_slice(s),
+            None => self.key().is_some_and(|(ns, n)| idx.delete_slice(&ns, &n)),
+        }
+    }
+    fn remove(idx: &mut Index, ns: &str, name: &str) -> bool {
+        idx.delete_slice(ns, name)
+    }
+    fn keys(idx: &Index) -> Vec<(String, String)> {
+        idx.slices()
+            .map(|s| (s.namespace.clone(), s.name.clone()))
+            .collect()
+    }
+}
+
+impl Watched for Pod {
+    const KIND: &'static str = "Pod";
+    fn upsert(&self, idx: &mut Index) -> bool {
+        match project_pod(self) {
+            Some(p) => idx.upsert_pod(p),
+            None => false,
+        }
+    }
+    fn remove(idx: &mut Index, ns: &str, name: &str) -> bool {
+        idx.delete_pod(ns, name)
+    }
+    fn keys(idx: &Index) -> Vec<(String, String)> {
+        idx.pods().map(|p| (p.namespace, p.name)).collect()
+    }
+}
+
+/// Applies one watch event. `relist` collects the keys seen during a (re)list, so that objects
+/// that disappeared while we were disconnected are removed at `InitDone`. Returns true at
+/// `InitDone`.
+pub fn apply_event<K: Watched>(
+    shared: &SharedIndex,
+    metrics: &Metrics,
+    relist: &mut Option<HashSet<(String, String)>>,
+    ev: Event<K>,
+) -> bool {
+    let start = Instant::now();
+    let changed = match ev {
+        Event::Init => {
+            *relist = Some(HashSet::new());
+            false
+        }
+        Event::InitApply(obj) => {
+            if let (Some(seen), Some(k)) = (relist.as_mut(), obj.key()) {
+                seen.insert(k);
+            }
+            shared.update(|idx| obj.upsert(idx))
+        }
+        Event::InitDone => {
+            let seen = relist.take().unwrap_or_default();
+            shared.update(|idx| {
+                let stale: Vec<_> = K::keys(idx)
+                    .into_iter()
+                    .filter(|k| !seen.contains(k))
+                    .collect();
+                let mut changed = false;
+                for (ns, name) in stale {
+                    changed |= K::remove(idx, &ns, &name);
+                }
+                changed
+            });
+            return true;
+        }
+        Event::Apply(obj) => shared.update(|idx| obj.upsert(idx)),
+        Event::Delete(obj) => match obj.key() {
+            Some((ns, name)) => shared.update(|idx| K::remove(idx, &ns, &name)),
+            None => false,
+        },
+    };
+    if changed && relist.is_none() {
+        metrics
+            .programming_latency
+            .observe(start.elapsed().as_secs_f64());
+    }
+    false
+}
+
+/// Watches one kind forever, feeding the index. Calls `on_synced` after the first full list.
+pub async fn watch_kind<K: Watched>(
+    api: Api<K>,
+    shared: Arc<SharedIndex>,
+    metrics: Arc<Metrics>,
+    on_synced: tokio::sync::mpsc::Sender<&'static str>,
+) {
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut relist = None;
+    let mut synced = false;
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ev) => {
+                if apply_event(&shared, &metrics, &mut relist, ev) && !synced {
+                    synced = true;
+                    let _ = on_synced.send(K::KIND).await;
+                }
+            }
+            Err(e) => {
+                // Keep serving the last index; the watcher retries with backoff.
+                tracing::warn!(kind = K::KIND, error = %e, "watch failed; serving stale index");
+            }
+        }
+    }
+}
+
+/// Starts the watchers; marks the index ready once every one has synced.
+pub fn spawn_watchers(
+    client: Client,
+    shared: Arc<SharedIndex>,
+    metrics: Arc<Metrics>,
+    pods: bool,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let mut tasks = vec![
+        tokio::spawn(watch_kind::<Service>(
+            Api::all(client.clone()),
+            shared.clone(),
+            metrics.clone(),
+            tx.clone(),
+        )),
+        tokio::spawn(watch_kind::<EndpointSlice>(
+            Api::all(client.clone()),
+            shared.clone(),
+            metrics.clone(),
+            tx.clone(),
+        )),
+    ];
+    let mut want = 2;
+    if pods {
+        tasks.push(tokio::spawn(watch_kind::<Pod>(
+            Api::all(client),
+            shared.clone(),
+            metrics.clone(),
+            tx,
+        )));
+        want += 1;
+    }
+    tasks.push(tokio::spawn(async move {
+        let mut n = 0;
+        while let Some(kind) = rx.recv().await {
+            tracing::info!(kind, "dns index synced");
+            n += 1;
+            if n == want {
+                shared.set_ready();
+                metrics.ready.set(1);
+                break;
+            }
+        }
+    }));
+    tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn projections() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "web"},
+            "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1", "fd00::1"],
+                     "ports": [{"name": "HTTP", "port": 80}, {"port": 81, "protocol": "UDP"}]}
+        }))
+        .unwrap();
+        let p = project_service(&svc).unwrap();
+        assert_eq!(
+            p.kind,
+            ServiceKind::ClusterIp(vec![
+                "10.96.0.1".parse().unwrap(),
+                "fd00::1".parse().unwrap()
+            ])
+        );
+        assert_eq!(
+            p.ports[0],
+            PortInfo {
+                name: "http".into(),
+                protocol: "tcp".into(),
+                port: 80
+            }
+        );
+        assert_eq!(p.ports[1].protocol, "udp");
+
+        let ext: Service = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "e"},
+            "spec": {"type": "ExternalName", "externalName": "Example.COM."}
+        }))
+        .unwrap();
+        assert_eq!(
+            project_service(&ext).unwrap().kind,
+            ServiceKind::ExternalName("example.com".into())
+        );
+
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "web-abc", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "hostname": "a", "conditions": {"ready": false}},
+                {"addresses": ["10.0.0.2"]}
+            ],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        }))
+        .unwrap();
+        let s = project_slice(&slice).unwrap();
+        assert_eq!(s.service, "web");
+        assert!(!s.endpoints[0].ready && s.endpoints[1].ready);
+        assert_eq!(s.endpoints[0].hostname.as_deref(), Some("a"));
+        assert_eq!(s.ports[0].port, 8080);
+
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "p"},
+            "status": {"podIP": "10.244.0.1", "podIPs": [{"ip": "10.244.0.1"}, {"ip": "fd00::5"}]}
+        }))
+        .unwrap();
+        assert_eq!(project_pod(&pod).unwrap().ips.len(), 2);
+    }
+
+    #[test]
+    fn relist_removes_vanished_objects() {
+        let shared = SharedIndex::new(Index::new(ZoneConfig::default()));
+        let m = Metrics::new();
+        let mk = |name: &str| -> Service {
+            serde_json::from_value(json!({
+                "metadata": {"namespace": "ns", "name": name},
+                "spec": {"clusterIP": "10.96.0.1"}
+            }))
+            .unwrap()
+        };
+        let mut relist = None;
+        apply_event(&shared, &m, &mut relist, Event::Apply(mk("a")));
+        apply_event(&shared, &m, &mut relist, Event::Apply(mk("b")));
+        // Reconnect: only "b" still exists.
+        apply_event::<Service>(&shared, &m, &mut relist, Event::Init);
+        apply_event(&shared, &m, &mut relist, Event::InitApply(mk("b")));
+        // Until InitDone, the old index keeps serving "a" (serve-stale).
+        assert!(shared.read().name("a.ns.svc.cluster.local").is_some());
+        assert!(apply_event::<Service>(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitDone
+        ));
+        assert!(shared.read().name("a.ns.svc.cluster.local").is_none());
+        assert!(shared.read().name("b.ns.svc.cluster.local").is_some());
+        apply_event(&shared, &m, &mut relist, Event::Delete(mk("b")));
+        assert_eq!(shared.read().service_count(), 0);
+    }
+}
