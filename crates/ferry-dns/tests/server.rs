@@ -1,0 +1,420 @@
+//! Loopback tests of the UDP/TCP servers, forwarding, caching, stub domains and the ACL.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use ferry_dns::forward::ForwardConfig;
+use ferry_dns::index::*;
+use ferry_dns::wire::{self, *};
+use ferry_dns::{ServerConfig, start_with_index};
+use hickory_proto::op::Message;
+use hickory_proto::rr::RData as HRData;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+/// A fake upstream: answers every name with `addr` (TTL 60), except names starting with "nx."
+/// which get NXDOMAIN with an SOA (negative TTL 30). Counts queries.
+async fn fake_upstream(addr: Ipv4Addr) -> (SocketAddr, Arc<AtomicUsize>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let local = sock.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let Ok((n, src)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            c.fetch_add(1, Ordering::SeqCst);
+            let Ok(req) = parse_request(&buf[..n]) else {
+                continue;
+            };
+            let name = req.qname.clone().unwrap_or_default();
+            let resp = if name.starts_with("nx.") {
+                Response {
+                    rcode: RCODE_NXDOMAIN,
+                    authority: vec![Record::new(
+                        "example",
+                        60,
+                        RData::Soa {
+                            mname: "ns.example".into(),
+                            rname: "h.example".into(),
+                            serial: 1,
+                            refresh: 1,
+                            retry: 1,
+                            expire: 1,
+                            minimum: 30,
+                        },
+                    )],
+                    ..Default::default()
+                }
+            } else {
+                Response {
+                    answers: vec![Record::new(name, 60, RData::A(addr))],
+                    ..Default::default()
+                }
+            };
+            let out = encode_response(&req, &resp, 4096);
+            let _ = sock.send_to(&out, src).await;
+        }
+    });
+    (local, count)
+}
+
+fn index() -> Index {
+    let mut idx = Index::new(ZoneConfig::default());
+    idx.upsert_service(ServiceInfo {
+        namespace: "default".into(),
+        name: "web".into(),
+        kind: ServiceKind::ClusterIp(vec![
+            "10.96.0.10".parse().unwrap(),
+            "fd00::10".parse().unwrap(),
+        ]),
+        ports: vec![],
+        publish_not_ready: false,
+    });
+    idx.upsert_service(ServiceInfo {
+        namespace: "default".into(),
+        name: "big".into(),
+        kind: ServiceKind::Headless,
+        ports: vec![],
+        publish_not_ready: false,
+    });
+    idx.upsert_slice(SliceInfo {
+        namespace: "default".into(),
+        name: "big-1".into(),
+        service: "big".into(),
+        endpoints: (0..100)
+            .map(|i| EndpointInfo {
+                ip: IpAddr::V4(Ipv4Addr::new(10, 1, 0, i)),
+                hostname: None,
+                ready: true,
+            })
+            .collect(),
+        ports: vec![],
+    });
+    idx
+}
+
+fn config(upstream: SocketAddr, stub: SocketAddr, acl: &str) -> ServerConfig {
+    ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        udp_workers: 2,
+        allow_recursion_from: vec![acl.parse().unwrap()],
+        forward: ForwardConfig {
+            upstreams: vec![upstream],
+            stubs: vec![("corp.example".into(), vec![stub])],
+            timeout: Duration::from_millis(500),
+        },
+    }
+}
+
+async fn udp(addr: SocketAddr, pkt: &[u8]) -> Option<Vec<u8>> {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    s.send_to(pkt, addr).await.unwrap();
+    let mut buf = vec![0u8; 65535];
+    let n = tokio::time::timeout(Duration::from_millis(700), s.recv(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+async fn tcp(addr: SocketAddr, pkt: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&(pkt.len() as u16).to_be_bytes())
+        .await
+        .unwrap();
+    s.write_all(pkt).await.unwrap();
+    let len = s.read_u16().await.unwrap() as usize;
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await.unwrap();
+    buf
+}
+
+fn addrs(m: &Message) -> Vec<String> {
+    m.answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            HRData::A(a) => Some(a.to_string()),
+            HRData::AAAA(a) => Some(a.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn rcode(m: &[u8]) -> u16 {
+    u16::from(m[3] & 0x0F)
+}
+
+#[tokio::test]
+async fn cluster_answers_udp_tcp_truncation_and_forwarding() {
+    let (up, up_count) = fake_upstream(Ipv4Addr::new(1, 2, 3, 4)).await;
+    let (stub, stub_count) = fake_upstream(Ipv4Addr::new(5, 6, 7, 8)).await;
+    let srv = start_with_index(index(), config(up, stub, "127.0.0.0/8"))
+        .await
+        .unwrap();
+
+    // A cluster name, mixed case: answered, case of the question kept.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(1, "WeB.Default.svc.Cluster.Local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(m.metadata.id, 1);
+    assert!(m.metadata.authoritative);
+    assert_eq!(addrs(&m), vec!["10.96.0.10"]);
+    assert_eq!(
+        m.answers[0].name.to_string(),
+        "WeB.Default.svc.Cluster.Local."
+    );
+    // Same question again (answer cache), other id.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(
+            2,
+            "web.default.svc.cluster.local",
+            TYPE_AAAA,
+            true,
+            Some(1232),
+        ),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(addrs(&m), vec!["fd00::10"]);
+    assert!(m.edns.is_some());
+
+    // 100 endpoints: truncated over plain UDP, complete over TCP and with a big EDNS buffer.
+    let q = build_query(3, "big.default.svc.cluster.local", TYPE_A, true, None);
+    let out = udp(srv.udp_addr, &q).await.unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert!(m.metadata.truncation);
+    assert!(m.answers.is_empty());
+    let m = Message::from_vec(&tcp(srv.tcp_addr, &q).await).unwrap();
+    assert!(!m.metadata.truncation);
+    assert_eq!(m.answers.len(), 100);
+    let out = udp(
+        srv.udp_addr,
+        &build_query(4, "big.default.svc.cluster.local", TYPE_A, true, Some(4096)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(Message::from_vec(&out).unwrap().answers.len(), 100);
+
+    // Negative cluster answers: NXDOMAIN with SOA, never forwarded.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(5, "nope.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(rcode(&out), RCODE_NXDOMAIN);
+    assert_eq!(m.authorities.len(), 1);
+    assert_eq!(
+        up_count.load(Ordering::SeqCst),
+        0,
+        "cluster names are never forwarded"
+    );
+
+    // Forwarding + positive cache.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(6, "Www.Example.com", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(m.metadata.id, 6);
+    assert_eq!(addrs(&m), vec!["1.2.3.4"]);
+    assert_eq!(m.answers[0].name.to_string(), "Www.Example.com.");
+    let out = udp(
+        srv.udp_addr,
+        &build_query(7, "www.example.com", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(m.metadata.id, 7);
+    assert_eq!(addrs(&m), vec!["1.2.3.4"]);
+    assert!(m.answers[0].ttl <= 60);
+    // Over TCP too, from the same cache.
+    let m = Message::from_vec(
+        &tcp(
+            srv.tcp_addr,
+            &build_query(8, "www.example.com", TYPE_A, true, None),
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(addrs(&m), vec!["1.2.3.4"]);
+    assert_eq!(
+        up_count.load(Ordering::SeqCst),
+        1,
+        "second query served from the cache"
+    );
+
+    // Negative cache.
+    for id in 10..13 {
+        let out = udp(
+            srv.udp_addr,
+            &build_query(id, "nx.example.com", TYPE_A, true, None),
+        )
+        .await
+        .unwrap();
+        assert_eq!(rcode(&out), RCODE_NXDOMAIN);
+    }
+    assert_eq!(up_count.load(Ordering::SeqCst), 2, "NXDOMAIN cached");
+
+    // Stub domain.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(20, "host.corp.example", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(addrs(&Message::from_vec(&out).unwrap()), vec!["5.6.7.8"]);
+    assert_eq!(stub_count.load(Ordering::SeqCst), 1);
+    assert_eq!(up_count.load(Ordering::SeqCst), 2);
+
+    // Malformed packets: short ones dropped, a header without question gets FORMERR; still alive.
+    assert!(udp(srv.udp_addr, &[1, 2, 3]).await.is_none());
+    let out = udp(srv.udp_addr, &[0, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    assert_eq!(rcode(&out), RCODE_FORMERR);
+    assert_eq!(&out[0..2], &[0, 9]);
+    let mut bad = build_query(21, "web.default.svc.cluster.local", TYPE_A, true, None);
+    bad.truncate(bad.len() - 3);
+    assert_eq!(
+        rcode(&udp(srv.udp_addr, &bad).await.unwrap()),
+        RCODE_FORMERR
+    );
+    // EDNS version 1 -> BADVERS.
+    let mut v1 = build_query(
+        22,
+        "web.default.svc.cluster.local",
+        TYPE_A,
+        true,
+        Some(1232),
+    );
+    let n = v1.len();
+    v1[n - 5] = 1; // OPT TTL: version byte
+    let m = Message::from_vec(&udp(srv.udp_addr, &v1).await.unwrap()).unwrap();
+    assert_eq!(u16::from(m.metadata.response_code), RCODE_BADVERS);
+    let out = udp(
+        srv.udp_addr,
+        &build_query(23, "web.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_NOERROR);
+
+    // Live update: a new Service is answered right after the index changes.
+    let t0 = Instant::now();
+    srv.index.update(|idx| {
+        idx.upsert_service(ServiceInfo {
+            namespace: "default".into(),
+            name: "new".into(),
+            kind: ServiceKind::ClusterIp(vec!["10.96.0.99".parse().unwrap()]),
+            ports: vec![],
+            publish_not_ready: false,
+        })
+    });
+    let out = udp(
+        srv.udp_addr,
+        &build_query(30, "new.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(addrs(&Message::from_vec(&out).unwrap()), vec!["10.96.0.99"]);
+    assert!(t0.elapsed() < Duration::from_millis(100));
+
+    let metrics = srv.metrics.encode();
+    assert!(metrics.contains(r#"ferry_dns_requests_total{type="A",rcode="NOERROR"}"#));
+    assert!(
+        metrics.contains("ferry_dns_forward_cache_hits_total 4"),
+        "{metrics}"
+    );
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn recursion_refused_outside_acl() {
+    let (up, up_count) = fake_upstream(Ipv4Addr::new(1, 2, 3, 4)).await;
+    let srv = start_with_index(index(), config(up, up, "10.0.0.0/8"))
+        .await
+        .unwrap();
+    let out = udp(
+        srv.udp_addr,
+        &build_query(1, "www.example.com", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_REFUSED);
+    let out = udp(
+        srv.udp_addr,
+        &build_query(2, "9.9.9.9.in-addr.arpa", TYPE_PTR, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_REFUSED);
+    assert_eq!(
+        up_count.load(Ordering::SeqCst),
+        0,
+        "nothing forwarded for a client outside the ACL"
+    );
+    // Cluster names are still answered to anyone.
+    let out = udp(
+        srv.udp_addr,
+        &build_query(3, "web.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_NOERROR);
+    let out = udp(
+        srv.udp_addr,
+        &build_query(4, "10.0.96.10.in-addr.arpa", TYPE_PTR, true, None),
+    )
+    .await
+    .unwrap();
+    let m = Message::from_vec(&out).unwrap();
+    assert_eq!(m.answers.len(), 1);
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn ops_endpoints() {
+    let shared = Arc::new(ferry_dns::SharedIndex::new(index()));
+    let metrics = Arc::new(ferry_dns::Metrics::new());
+    let l = ferry_dns::ops::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(ferry_dns::ops::serve(l, shared.clone(), metrics));
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+    shared.set_ready();
+    assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    let m = get(addr, "/metrics").await;
+    assert!(m.contains("ferry_dns_index_services 2"), "{m}");
+    task.abort();
+    let _ = wire::TYPE_A;
+}
