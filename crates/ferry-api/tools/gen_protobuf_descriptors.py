@@ -11,7 +11,7 @@ Inputs (all read-only):
 Run from the crate directory, e.g.
   python3 tools/gen_protobuf_descriptors.py --k8s-pb ~/.cargo/registry/src/*/k8s-pb-0.9.0/src \
       --k8s-api /tmp/k8s-api --apimachinery /tmp/apimachinery --out src/protobuf/descriptors.rs
-then `rustfmt` the output. The Go checkouts only supply per-field JSON facts; fields the Go sources lack
+The output is committed unformatted (`#[rustfmt::skip]`, one line per field). The Go checkouts only supply per-field JSON facts; fields the Go sources lack
 (version skew) fall back to a camelCase name and are reported on stderr.
 """
 

@@ -16,7 +16,10 @@ use super::wire::{self, Reader, WireVal};
 const MAX_DEPTH: usize = 64;
 
 fn malformed(msg: &Msg, field: &Field, what: impl std::fmt::Display) -> ProtobufError {
-    ProtobufError::Malformed(format!("{} field {} ({}): {what}", msg.name, field.tag, field.json))
+    ProtobufError::Malformed(format!(
+        "{} field {} ({}): {what}",
+        msg.name, field.tag, field.json
+    ))
 }
 
 // ------------------------------------------------------------------------------------ decoding
@@ -29,7 +32,10 @@ pub(crate) fn decode_message(
     out: &mut Map<String, Value>,
 ) -> Result<(), ProtobufError> {
     if depth > MAX_DEPTH {
-        return Err(ProtobufError::Malformed(format!("{}: nesting deeper than {MAX_DEPTH}", msg.name)));
+        return Err(ProtobufError::Malformed(format!(
+            "{}: nesting deeper than {MAX_DEPTH}",
+            msg.name
+        )));
     }
     let mut slots: Vec<Vec<WireVal<'_>>> = vec![Vec::new(); msg.fields.len()];
     let mut reader = Reader::new(bytes);
@@ -64,7 +70,10 @@ pub(crate) fn decode_message(
                     entries.insert(key, val);
                 }
                 if !entries.is_empty() {
-                    out.insert(field.json.to_string(), Value::Object(entries.into_iter().collect()));
+                    out.insert(
+                        field.json.to_string(),
+                        Value::Object(entries.into_iter().collect()),
+                    );
                 }
             }
         }
@@ -73,10 +82,18 @@ pub(crate) fn decode_message(
 }
 
 /// Concatenates the occurrences of a message-typed field (protobuf merges them).
-fn joined<'a>(msg: &Msg, field: &Field, values: &[WireVal<'a>]) -> Result<std::borrow::Cow<'a, [u8]>, ProtobufError> {
+fn joined<'a>(
+    msg: &Msg,
+    field: &Field,
+    values: &[WireVal<'a>],
+) -> Result<std::borrow::Cow<'a, [u8]>, ProtobufError> {
     let mut parts = values.iter().map(|v| match v {
         WireVal::Bytes(b) => Ok(*b),
-        other => Err(malformed(msg, field, format!("expected length-delimited, got {}", other.wire_name()))),
+        other => Err(malformed(
+            msg,
+            field,
+            format!("expected length-delimited, got {}", other.wire_name()),
+        )),
     });
     let first = match parts.next() {
         Some(first) => first?,
@@ -116,7 +133,9 @@ fn decode_single(
         return Ok(());
     }
     // Scalars: the last occurrence wins.
-    let Some(last) = values.last() else { return Ok(()) };
+    let Some(last) = values.last() else {
+        return Ok(());
+    };
     let value = decode_scalar(msg, field, *last)?;
     if !field.has(PTR) && field.has(OMIT) && is_zero(&value) {
         return Ok(());
@@ -138,7 +157,9 @@ fn decode_repeated_item(
             decode_message(sub, b, depth + 1, &mut obj)?;
             items.push(Value::Object(obj));
         }
-        (ty, WireVal::Bytes(b)) if ty.is_message_like() => items.push(decode_special(msg, field, b)?),
+        (ty, WireVal::Bytes(b)) if ty.is_message_like() => {
+            items.push(decode_special(msg, field, b)?)
+        }
         // Packed numeric values.
         (Ty::Int32 | Ty::Int64 | Ty::Bool, WireVal::Bytes(b)) => {
             let mut r = Reader::new(b);
@@ -148,12 +169,20 @@ fn decode_repeated_item(
         }
         (Ty::Double, WireVal::Bytes(b)) => {
             if b.len() % 8 != 0 {
-                return Err(malformed(msg, field, "packed doubles not a multiple of 8 bytes"));
+                return Err(malformed(
+                    msg,
+                    field,
+                    "packed doubles not a multiple of 8 bytes",
+                ));
             }
             for chunk in b.chunks_exact(8) {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(chunk);
-                items.push(decode_scalar(msg, field, WireVal::Fixed64(u64::from_le_bytes(a)))?);
+                items.push(decode_scalar(
+                    msg,
+                    field,
+                    WireVal::Fixed64(u64::from_le_bytes(a)),
+                )?);
             }
         }
         (_, v) => items.push(decode_scalar(msg, field, v)?),
@@ -221,14 +250,26 @@ fn decode_scalar(msg: &Msg, field: &Field, value: WireVal<'_>) -> Result<Value, 
         (Ty::Bool, WireVal::Varint(v)) => Value::Bool(v != 0),
         (Ty::Double, WireVal::Fixed64(v)) => {
             let f = f64::from_bits(v);
-            Value::Number(Number::from_f64(f).ok_or_else(|| malformed(msg, field, "non-finite double"))?)
+            Value::Number(
+                Number::from_f64(f).ok_or_else(|| malformed(msg, field, "non-finite double"))?,
+            )
         }
-        (ty, v) => return Err(malformed(msg, field, format!("{ty:?} cannot be {}", v.wire_name()))),
+        (ty, v) => {
+            return Err(malformed(
+                msg,
+                field,
+                format!("{ty:?} cannot be {}", v.wire_name()),
+            ));
+        }
     })
 }
 
 /// Reads the scalar fields of a small special message (IntOrString, Time, ...).
-fn small_fields<'a>(msg: &Msg, field: &Field, bytes: &'a [u8]) -> Result<Vec<(u32, WireVal<'a>)>, ProtobufError> {
+fn small_fields<'a>(
+    msg: &Msg,
+    field: &Field,
+    bytes: &'a [u8],
+) -> Result<Vec<(u32, WireVal<'a>)>, ProtobufError> {
     let mut r = Reader::new(bytes);
     let mut fields = Vec::new();
     while let Some(f) = r.next_field().map_err(|e| malformed(msg, field, e))? {
@@ -256,13 +297,17 @@ fn decode_special(msg: &Msg, field: &Field, bytes: &[u8]) -> Result<Value, Proto
     Ok(match field.ty {
         Ty::IntOrString => {
             if last_varint(&fields, 1) == Some(1) {
-                Value::String(String::from_utf8_lossy(last_bytes(&fields, 3).unwrap_or_default()).into_owned())
+                Value::String(
+                    String::from_utf8_lossy(last_bytes(&fields, 3).unwrap_or_default())
+                        .into_owned(),
+                )
             } else {
                 Value::from(last_varint(&fields, 2).unwrap_or(0) as u32 as i32)
             }
         }
         Ty::Quantity => {
-            let s = String::from_utf8_lossy(last_bytes(&fields, 1).unwrap_or_default()).into_owned();
+            let s =
+                String::from_utf8_lossy(last_bytes(&fields, 1).unwrap_or_default()).into_owned();
             // Go parses the string into a Quantity; the zero Quantity prints as "0".
             Value::String(if s.is_empty() { "0".to_string() } else { s })
         }
@@ -279,7 +324,7 @@ fn decode_special(msg: &Msg, field: &Field, bytes: &[u8]) -> Result<Value, Proto
         Ty::Duration => Value::String(format_duration(last_varint(&fields, 1).unwrap_or(0) as i64)),
         Ty::RawJson => match last_bytes(&fields, 1) {
             None => Value::Null,
-            Some(raw) if raw.is_empty() => Value::Null,
+            Some([]) => Value::Null,
             Some(raw) => serde_json::from_slice(raw)
                 .map_err(|e| malformed(msg, field, format!("raw bytes are not JSON: {e}")))?,
         },
@@ -289,7 +334,11 @@ fn decode_special(msg: &Msg, field: &Field, bytes: &[u8]) -> Result<Value, Proto
 
 /// RFC 3339 in UTC with a `Z`: whole seconds for `Time`, 6 fraction digits for `MicroTime`.
 pub(crate) fn format_time(seconds: i64, nanos: i32, micro: bool) -> Result<String, String> {
-    let nanos = if micro { nanos.clamp(0, 999_999_999) / 1000 * 1000 } else { 0 };
+    let nanos = if micro {
+        nanos.clamp(0, 999_999_999) / 1000 * 1000
+    } else {
+        0
+    };
     let ts = jiff::Timestamp::new(seconds, nanos).map_err(|e| format!("time out of range: {e}"))?;
     let dt = ts.to_zoned(jiff::tz::TimeZone::UTC).datetime();
     if dt.year() < 0 {
@@ -364,9 +413,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<i64, String> {
     }
     let mut total: i128 = 0;
     while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(err)?;
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(err)?;
         let (num, tail) = rest.split_at(num_end);
-        let unit_end = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_end);
         let scale: i128 = match unit {
             "ns" => 1,
@@ -381,7 +434,11 @@ pub(crate) fn parse_duration(s: &str) -> Result<i64, String> {
         if int.is_empty() && fraction.is_empty() {
             return Err(err());
         }
-        let int: i128 = if int.is_empty() { 0 } else { int.parse().map_err(|_| err())? };
+        let int: i128 = if int.is_empty() {
+            0
+        } else {
+            int.parse().map_err(|_| err())?
+        };
         let mut value = int.checked_mul(scale).ok_or_else(err)?;
         let mut place = scale;
         for c in fraction.chars() {
@@ -414,7 +471,10 @@ pub(crate) fn encode_message(
     out: &mut Vec<u8>,
 ) -> Result<(), ProtobufError> {
     if depth > MAX_DEPTH {
-        return Err(ProtobufError::InvalidJson(format!("{}: nesting deeper than {MAX_DEPTH}", msg.name)));
+        return Err(ProtobufError::InvalidJson(format!(
+            "{}: nesting deeper than {MAX_DEPTH}",
+            msg.name
+        )));
     }
     for field in msg.fields {
         if field.has(INLINE) {
@@ -425,7 +485,9 @@ pub(crate) fn encode_message(
             }
             continue;
         }
-        let Some(value) = obj.get(field.json) else { continue };
+        let Some(value) = obj.get(field.json) else {
+            continue;
+        };
         match field.card {
             Card::Single => {
                 if value.is_null() {
@@ -466,15 +528,29 @@ pub(crate) fn encode_message(
     Ok(())
 }
 
-fn int_in_range(msg: &Msg, field: &Field, value: &Value, lo: i64, hi: i64) -> Result<i64, ProtobufError> {
+fn int_in_range(
+    msg: &Msg,
+    field: &Field,
+    value: &Value,
+    lo: i64,
+    hi: i64,
+) -> Result<i64, ProtobufError> {
     value
         .as_i64()
         .filter(|v| (lo..=hi).contains(v))
-        .ok_or_else(|| invalid(msg, field, format!("expected an integer in [{lo}, {hi}], got {value}")))
+        .ok_or_else(|| {
+            invalid(
+                msg,
+                field,
+                format!("expected an integer in [{lo}, {hi}], got {value}"),
+            )
+        })
 }
 
 fn as_str<'v>(msg: &Msg, field: &Field, value: &'v Value) -> Result<&'v str, ProtobufError> {
-    value.as_str().ok_or_else(|| invalid(msg, field, format!("expected a string, got {value}")))
+    value
+        .as_str()
+        .ok_or_else(|| invalid(msg, field, format!("expected a string, got {value}")))
 }
 
 /// Writes one value of `field` (a single value, one repeated element, or a map value).
@@ -498,13 +574,21 @@ fn encode_value(
             let v = int_in_range(msg, field, value, i64::from(i32::MIN), i64::from(i32::MAX))?;
             wire::put_varint_field(out, tag, v as u64);
         }
-        Ty::Int64 => wire::put_varint_field(out, tag, int_in_range(msg, field, value, i64::MIN, i64::MAX)? as u64),
+        Ty::Int64 => wire::put_varint_field(
+            out,
+            tag,
+            int_in_range(msg, field, value, i64::MIN, i64::MAX)? as u64,
+        ),
         Ty::Bool => {
-            let b = value.as_bool().ok_or_else(|| invalid(msg, field, "expected a boolean"))?;
+            let b = value
+                .as_bool()
+                .ok_or_else(|| invalid(msg, field, "expected a boolean"))?;
             wire::put_varint_field(out, tag, u64::from(b));
         }
         Ty::Double => {
-            let f = value.as_f64().ok_or_else(|| invalid(msg, field, "expected a number"))?;
+            let f = value
+                .as_f64()
+                .ok_or_else(|| invalid(msg, field, "expected a number"))?;
             wire::put_fixed64_field(out, tag, f.to_bits());
         }
         Ty::IntOrString => {
@@ -516,7 +600,8 @@ fn encode_value(
                     wire::put_bytes_field(&mut buf, 3, s.as_bytes());
                 }
                 _ => {
-                    let v = int_in_range(msg, field, value, i64::from(i32::MIN), i64::from(i32::MAX))?;
+                    let v =
+                        int_in_range(msg, field, value, i64::from(i32::MIN), i64::from(i32::MAX))?;
                     wire::put_varint_field(&mut buf, 1, 0);
                     wire::put_varint_field(&mut buf, 2, v as u64);
                     wire::put_bytes_field(&mut buf, 3, b"");
@@ -538,16 +623,22 @@ fn encode_value(
             let mut buf = Vec::new();
             if !value.is_null() {
                 let s = as_str(msg, field, value)?;
-                let ts: jiff::Timestamp =
-                    s.parse().map_err(|e| invalid(msg, field, format!("invalid RFC 3339 time {s:?}: {e}")))?;
+                let ts: jiff::Timestamp = s.parse().map_err(|e| {
+                    invalid(msg, field, format!("invalid RFC 3339 time {s:?}: {e}"))
+                })?;
                 wire::put_varint_field(&mut buf, 1, ts.as_second() as u64);
-                let nanos = if matches!(field.ty, Ty::MicroTime) { ts.subsec_nanosecond() / 1000 * 1000 } else { 0 };
+                let nanos = if matches!(field.ty, Ty::MicroTime) {
+                    ts.subsec_nanosecond() / 1000 * 1000
+                } else {
+                    0
+                };
                 wire::put_varint_field(&mut buf, 2, nanos as i64 as u64);
             }
             wire::put_bytes_field(out, tag, &buf);
         }
         Ty::Duration => {
-            let nanos = parse_duration(as_str(msg, field, value)?).map_err(|e| invalid(msg, field, e))?;
+            let nanos =
+                parse_duration(as_str(msg, field, value)?).map_err(|e| invalid(msg, field, e))?;
             let mut buf = Vec::new();
             wire::put_varint_field(&mut buf, 1, nanos as u64);
             wire::put_bytes_field(out, tag, &buf);
@@ -561,7 +652,9 @@ fn encode_value(
             wire::put_bytes_field(out, tag, &buf);
         }
         Ty::Message(sub) => {
-            let obj = value.as_object().ok_or_else(|| invalid(msg, field, "expected an object"))?;
+            let obj = value
+                .as_object()
+                .ok_or_else(|| invalid(msg, field, "expected an object"))?;
             let mut buf = Vec::new();
             encode_message(sub, obj, depth + 1, &mut buf)?;
             wire::put_bytes_field(out, tag, &buf);
@@ -571,6 +664,7 @@ fn encode_value(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -599,8 +693,14 @@ mod tests {
     #[test]
     fn times_format_like_go() {
         assert_eq!(format_time(0, 0, false).unwrap(), "1970-01-01T00:00:00Z");
-        assert_eq!(format_time(1_700_000_000, 123_456_789, false).unwrap(), "2023-11-14T22:13:20Z");
-        assert_eq!(format_time(1_700_000_000, 123_456_789, true).unwrap(), "2023-11-14T22:13:20.123456Z");
+        assert_eq!(
+            format_time(1_700_000_000, 123_456_789, false).unwrap(),
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            format_time(1_700_000_000, 123_456_789, true).unwrap(),
+            "2023-11-14T22:13:20.123456Z"
+        );
         assert!(format_time(i64::MAX, 0, false).is_err());
     }
 }

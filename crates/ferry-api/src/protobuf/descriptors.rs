@@ -16,7899 +16,2279 @@ pub(crate) static KINDS: &[(&str, &str, &Msg)] = &[
     ("v1", "ServiceAccount", &M_API_CORE_V1_SERVICE_ACCOUNT),
     ("apps/v1", "Deployment", &M_API_APPS_V1_DEPLOYMENT),
     ("apps/v1", "ReplicaSet", &M_API_APPS_V1_REPLICA_SET),
-    (
-        "discovery.k8s.io/v1",
-        "EndpointSlice",
-        &M_API_DISCOVERY_V1_ENDPOINT_SLICE,
-    ),
-    (
-        "networking.k8s.io/v1",
-        "Ingress",
-        &M_API_NETWORKING_V1_INGRESS,
-    ),
-    (
-        "networking.k8s.io/v1",
-        "IngressClass",
-        &M_API_NETWORKING_V1_INGRESS_CLASS,
-    ),
-    (
-        "networking.k8s.io/v1",
-        "NetworkPolicy",
-        &M_API_NETWORKING_V1_NETWORK_POLICY,
-    ),
-    (
-        "coordination.k8s.io/v1",
-        "Lease",
-        &M_API_COORDINATION_V1_LEASE,
-    ),
+    ("discovery.k8s.io/v1", "EndpointSlice", &M_API_DISCOVERY_V1_ENDPOINT_SLICE),
+    ("networking.k8s.io/v1", "Ingress", &M_API_NETWORKING_V1_INGRESS),
+    ("networking.k8s.io/v1", "IngressClass", &M_API_NETWORKING_V1_INGRESS_CLASS),
+    ("networking.k8s.io/v1", "NetworkPolicy", &M_API_NETWORKING_V1_NETWORK_POLICY),
+    ("coordination.k8s.io/v1", "Lease", &M_API_COORDINATION_V1_LEASE),
     ("events.k8s.io/v1", "Event", &M_API_EVENTS_V1_EVENT),
-    (
-        "meta.k8s.io/v1",
-        "DeleteOptions",
-        &M_APIMACHINERY_APIS_META_V1_DELETE_OPTIONS,
-    ),
+    ("meta.k8s.io/v1", "DeleteOptions", &M_APIMACHINERY_APIS_META_V1_DELETE_OPTIONS),
 ];
 
 pub(crate) static M_API_CORE_V1_NAMESPACE: Msg = Msg {
     name: "io.k8s.api.core.v1.Namespace",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE: Msg = Msg {
     name: "io.k8s.api.core.v1.Node",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_NODE_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_CORE_V1_NODE_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD: Msg = Msg {
     name: "io.k8s.api.core.v1.Pod",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_POD_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_CORE_V1_POD_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_POD_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_CORE_V1_POD_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE: Msg = Msg {
     name: "io.k8s.api.core.v1.Service",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_SERVICE_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_CORE_V1_SERVICE_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_SERVICE_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_CORE_V1_SERVICE_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENDPOINTS: Msg = Msg {
     name: "io.k8s.api.core.v1.Endpoints",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "subsets",
-            ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_SUBSET),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "subsets", ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_SUBSET), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMap",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "immutable",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "data",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "binaryData",
-            ty: Ty::Bytes,
-            card: Card::Map,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "immutable", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "data", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "binaryData", ty: Ty::Bytes, card: Card::Map, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECRET: Msg = Msg {
     name: "io.k8s.api.core.v1.Secret",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "immutable",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "data",
-            ty: Ty::Bytes,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "stringData",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "immutable", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "data", ty: Ty::Bytes, card: Card::Map, flags: OMIT },
+        Field { tag: 4, json: "stringData", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EVENT: Msg = Msg {
     name: "io.k8s.api.core.v1.Event",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "involvedObject",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "source",
-            ty: Ty::Message(&M_API_CORE_V1_EVENT_SOURCE),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "firstTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "lastTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "count",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "eventTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "series",
-            ty: Ty::Message(&M_API_CORE_V1_EVENT_SERIES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "action",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "related",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "reportingComponent",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 15,
-            json: "reportingInstance",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "involvedObject", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "source", ty: Ty::Message(&M_API_CORE_V1_EVENT_SOURCE), card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "firstTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "lastTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "count", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 10, json: "eventTime", ty: Ty::MicroTime, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "series", ty: Ty::Message(&M_API_CORE_V1_EVENT_SERIES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "action", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 13, json: "related", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "reportingComponent", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 15, json: "reportingInstance", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE_ACCOUNT: Msg = Msg {
     name: "io.k8s.api.core.v1.ServiceAccount",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "secrets",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "imagePullSecrets",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "automountServiceAccountToken",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "secrets", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "imagePullSecrets", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "automountServiceAccountToken", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_DEPLOYMENT: Msg = Msg {
     name: "io.k8s.api.apps.v1.Deployment",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_REPLICA_SET: Msg = Msg {
     name: "io.k8s.api.apps.v1.ReplicaSet",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT_SLICE: Msg = Msg {
     name: "io.k8s.api.discovery.v1.EndpointSlice",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "addressType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "endpoints",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT),
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "ports",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_PORT),
-            card: Card::Repeated,
-            flags: 0,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "addressType", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "endpoints", ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT), card: Card::Repeated, flags: 0 },
+        Field { tag: 3, json: "ports", ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_PORT), card: Card::Repeated, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS: Msg = Msg {
     name: "io.k8s.api.networking.v1.Ingress",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "status",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_CLASS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressClass",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_CLASS_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_CLASS_SPEC), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicy",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_SPEC), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_COORDINATION_V1_LEASE: Msg = Msg {
     name: "io.k8s.api.coordination.v1.Lease",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_COORDINATION_V1_LEASE_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_COORDINATION_V1_LEASE_SPEC), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_EVENTS_V1_EVENT: Msg = Msg {
     name: "io.k8s.api.events.v1.Event",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "eventTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "series",
-            ty: Ty::Message(&M_API_EVENTS_V1_EVENT_SERIES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "reportingController",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "reportingInstance",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "action",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "regarding",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "related",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "note",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "deprecatedSource",
-            ty: Ty::Message(&M_API_CORE_V1_EVENT_SOURCE),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "deprecatedFirstTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "deprecatedLastTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "deprecatedCount",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "eventTime", ty: Ty::MicroTime, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "series", ty: Ty::Message(&M_API_EVENTS_V1_EVENT_SERIES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "reportingController", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reportingInstance", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "action", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "regarding", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "related", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "note", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 12, json: "deprecatedSource", ty: Ty::Message(&M_API_CORE_V1_EVENT_SOURCE), card: Card::Single, flags: OMIT },
+        Field { tag: 13, json: "deprecatedFirstTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 14, json: "deprecatedLastTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 15, json: "deprecatedCount", ty: Ty::Int32, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_DELETE_OPTIONS: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     fields: &[
-        Field {
-            tag: 1,
-            json: "gracePeriodSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "preconditions",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_PRECONDITIONS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "orphanDependents",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "propagationPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "dryRun",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "ignoreStoreReadErrorWithClusterBreakingPotential",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "gracePeriodSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "preconditions", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_PRECONDITIONS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "orphanDependents", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "propagationPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "dryRun", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 6, json: "ignoreStoreReadErrorWithClusterBreakingPotential", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_OBJECT_META: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "generateName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "namespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "selfLink",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "uid",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "resourceVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "generation",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "creationTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "deletionTimestamp",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "deletionGracePeriodSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "labels",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "annotations",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "ownerReferences",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OWNER_REFERENCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "finalizers",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "managedFields",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_MANAGED_FIELDS_ENTRY),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "generateName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "namespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "selfLink", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "resourceVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "generation", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "creationTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "deletionTimestamp", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "deletionGracePeriodSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "labels", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 12, json: "annotations", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 13, json: "ownerReferences", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OWNER_REFERENCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 14, json: "finalizers", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 17, json: "managedFields", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_MANAGED_FIELDS_ENTRY), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NAMESPACE_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.NamespaceSpec",
-    fields: &[Field {
-        tag: 1,
-        json: "finalizers",
-        ty: Ty::String,
-        card: Card::Repeated,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "finalizers", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NAMESPACE_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.NamespaceStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "phase",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "conditions",
-            ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "phase", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "conditions", ty: Ty::Message(&M_API_CORE_V1_NAMESPACE_CONDITION), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "podCIDR",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "podCIDRs",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "providerID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "unschedulable",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "taints",
-            ty: Ty::Message(&M_API_CORE_V1_TAINT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "configSource",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "externalID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "podCIDR", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "podCIDRs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "providerID", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "unschedulable", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "taints", ty: Ty::Message(&M_API_CORE_V1_TAINT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 6, json: "configSource", ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "externalID", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "capacity",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "allocatable",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "phase",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "conditions",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "addresses",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_ADDRESS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "daemonEndpoints",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_DAEMON_ENDPOINTS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "nodeInfo",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SYSTEM_INFO),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "images",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_IMAGE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "volumesInUse",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "volumesAttached",
-            ty: Ty::Message(&M_API_CORE_V1_ATTACHED_VOLUME),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "config",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_STATUS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "runtimeHandlers",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_RUNTIME_HANDLER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "features",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_FEATURES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "declaredFeatures",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "capacity", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 2, json: "allocatable", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "phase", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "conditions", ty: Ty::Message(&M_API_CORE_V1_NODE_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "addresses", ty: Ty::Message(&M_API_CORE_V1_NODE_ADDRESS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 6, json: "daemonEndpoints", ty: Ty::Message(&M_API_CORE_V1_NODE_DAEMON_ENDPOINTS), card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "nodeInfo", ty: Ty::Message(&M_API_CORE_V1_NODE_SYSTEM_INFO), card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "images", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_IMAGE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 9, json: "volumesInUse", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 10, json: "volumesAttached", ty: Ty::Message(&M_API_CORE_V1_ATTACHED_VOLUME), card: Card::Repeated, flags: OMIT },
+        Field { tag: 11, json: "config", ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_STATUS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "runtimeHandlers", ty: Ty::Message(&M_API_CORE_V1_NODE_RUNTIME_HANDLER), card: Card::Repeated, flags: OMIT },
+        Field { tag: 13, json: "features", ty: Ty::Message(&M_API_CORE_V1_NODE_FEATURES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "declaredFeatures", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.PodSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumes",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "initContainers",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "containers",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER),
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 34,
-            json: "ephemeralContainers",
-            ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_CONTAINER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "restartPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "terminationGracePeriodSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "activeDeadlineSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "dnsPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "nodeSelector",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "serviceAccountName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "serviceAccount",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 21,
-            json: "automountServiceAccountToken",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "nodeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "hostNetwork",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "hostPID",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "hostIPC",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 27,
-            json: "shareProcessNamespace",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "securityContext",
-            ty: Ty::Message(&M_API_CORE_V1_POD_SECURITY_CONTEXT),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "imagePullSecrets",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 16,
-            json: "hostname",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "subdomain",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "affinity",
-            ty: Ty::Message(&M_API_CORE_V1_AFFINITY),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "schedulerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 22,
-            json: "tolerations",
-            ty: Ty::Message(&M_API_CORE_V1_TOLERATION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 23,
-            json: "hostAliases",
-            ty: Ty::Message(&M_API_CORE_V1_HOST_ALIAS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 24,
-            json: "priorityClassName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 25,
-            json: "priority",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 26,
-            json: "dnsConfig",
-            ty: Ty::Message(&M_API_CORE_V1_POD_DNS_CONFIG),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 28,
-            json: "readinessGates",
-            ty: Ty::Message(&M_API_CORE_V1_POD_READINESS_GATE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 29,
-            json: "runtimeClassName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 30,
-            json: "enableServiceLinks",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 31,
-            json: "preemptionPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 32,
-            json: "overhead",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 33,
-            json: "topologySpreadConstraints",
-            ty: Ty::Message(&M_API_CORE_V1_TOPOLOGY_SPREAD_CONSTRAINT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 35,
-            json: "setHostnameAsFQDN",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 36,
-            json: "os",
-            ty: Ty::Message(&M_API_CORE_V1_POD_OS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 37,
-            json: "hostUsers",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 38,
-            json: "schedulingGates",
-            ty: Ty::Message(&M_API_CORE_V1_POD_SCHEDULING_GATE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 39,
-            json: "resourceClaims",
-            ty: Ty::Message(&M_API_CORE_V1_POD_RESOURCE_CLAIM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 40,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 41,
-            json: "hostnameOverride",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 42,
-            json: "workloadRef",
-            ty: Ty::Message(&M_API_CORE_V1_WORKLOAD_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "volumes", ty: Ty::Message(&M_API_CORE_V1_VOLUME), card: Card::Repeated, flags: OMIT },
+        Field { tag: 20, json: "initContainers", ty: Ty::Message(&M_API_CORE_V1_CONTAINER), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "containers", ty: Ty::Message(&M_API_CORE_V1_CONTAINER), card: Card::Repeated, flags: 0 },
+        Field { tag: 34, json: "ephemeralContainers", ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_CONTAINER), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "restartPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "terminationGracePeriodSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "activeDeadlineSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "dnsPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "nodeSelector", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 8, json: "serviceAccountName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "serviceAccount", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 21, json: "automountServiceAccountToken", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "nodeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "hostNetwork", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 12, json: "hostPID", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 13, json: "hostIPC", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 27, json: "shareProcessNamespace", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "securityContext", ty: Ty::Message(&M_API_CORE_V1_POD_SECURITY_CONTEXT), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 15, json: "imagePullSecrets", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 16, json: "hostname", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 17, json: "subdomain", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 18, json: "affinity", ty: Ty::Message(&M_API_CORE_V1_AFFINITY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 19, json: "schedulerName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 22, json: "tolerations", ty: Ty::Message(&M_API_CORE_V1_TOLERATION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 23, json: "hostAliases", ty: Ty::Message(&M_API_CORE_V1_HOST_ALIAS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 24, json: "priorityClassName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 25, json: "priority", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 26, json: "dnsConfig", ty: Ty::Message(&M_API_CORE_V1_POD_DNS_CONFIG), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 28, json: "readinessGates", ty: Ty::Message(&M_API_CORE_V1_POD_READINESS_GATE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 29, json: "runtimeClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 30, json: "enableServiceLinks", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 31, json: "preemptionPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 32, json: "overhead", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 33, json: "topologySpreadConstraints", ty: Ty::Message(&M_API_CORE_V1_TOPOLOGY_SPREAD_CONSTRAINT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 35, json: "setHostnameAsFQDN", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 36, json: "os", ty: Ty::Message(&M_API_CORE_V1_POD_OS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 37, json: "hostUsers", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 38, json: "schedulingGates", ty: Ty::Message(&M_API_CORE_V1_POD_SCHEDULING_GATE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 39, json: "resourceClaims", ty: Ty::Message(&M_API_CORE_V1_POD_RESOURCE_CLAIM), card: Card::Repeated, flags: OMIT },
+        Field { tag: 40, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 41, json: "hostnameOverride", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 42, json: "workloadRef", ty: Ty::Message(&M_API_CORE_V1_WORKLOAD_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.PodStatus",
     fields: &[
-        Field {
-            tag: 17,
-            json: "observedGeneration",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 1,
-            json: "phase",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "conditions",
-            ty: Ty::Message(&M_API_CORE_V1_POD_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "nominatedNodeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "hostIP",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 16,
-            json: "hostIPs",
-            ty: Ty::Message(&M_API_CORE_V1_HOST_IP),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "podIP",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "podIPs",
-            ty: Ty::Message(&M_API_CORE_V1_POD_IP),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "startTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "initContainerStatuses",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "containerStatuses",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "qosClass",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "ephemeralContainerStatuses",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "resize",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "resourceClaimStatuses",
-            ty: Ty::Message(&M_API_CORE_V1_POD_RESOURCE_CLAIM_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "extendedResourceClaimStatus",
-            ty: Ty::Message(&M_API_CORE_V1_POD_EXTENDED_RESOURCE_CLAIM_STATUS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "allocatedResources",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 17, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 1, json: "phase", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "conditions", ty: Ty::Message(&M_API_CORE_V1_POD_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "nominatedNodeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "hostIP", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 16, json: "hostIPs", ty: Ty::Message(&M_API_CORE_V1_HOST_IP), card: Card::Repeated, flags: OMIT },
+        Field { tag: 6, json: "podIP", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 12, json: "podIPs", ty: Ty::Message(&M_API_CORE_V1_POD_IP), card: Card::Repeated, flags: OMIT },
+        Field { tag: 7, json: "startTime", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "initContainerStatuses", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 8, json: "containerStatuses", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 9, json: "qosClass", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 13, json: "ephemeralContainerStatuses", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 14, json: "resize", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 15, json: "resourceClaimStatuses", ty: Ty::Message(&M_API_CORE_V1_POD_RESOURCE_CLAIM_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 18, json: "extendedResourceClaimStatus", ty: Ty::Message(&M_API_CORE_V1_POD_EXTENDED_RESOURCE_CLAIM_STATUS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 19, json: "allocatedResources", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 20, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.ServiceSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ports",
-            ty: Ty::Message(&M_API_CORE_V1_SERVICE_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "selector",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "clusterIP",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "clusterIPs",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "externalIPs",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "sessionAffinity",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "loadBalancerIP",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "loadBalancerSourceRanges",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "externalName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "externalTrafficPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "healthCheckNodePort",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "publishNotReadyAddresses",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "sessionAffinityConfig",
-            ty: Ty::Message(&M_API_CORE_V1_SESSION_AFFINITY_CONFIG),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "ipFamilies",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "ipFamilyPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "allocateLoadBalancerNodePorts",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 21,
-            json: "loadBalancerClass",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 22,
-            json: "internalTrafficPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 23,
-            json: "trafficDistribution",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "ports", ty: Ty::Message(&M_API_CORE_V1_SERVICE_PORT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "selector", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "clusterIP", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 18, json: "clusterIPs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "externalIPs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 7, json: "sessionAffinity", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "loadBalancerIP", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "loadBalancerSourceRanges", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 10, json: "externalName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "externalTrafficPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 12, json: "healthCheckNodePort", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 13, json: "publishNotReadyAddresses", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 14, json: "sessionAffinityConfig", ty: Ty::Message(&M_API_CORE_V1_SESSION_AFFINITY_CONFIG), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 19, json: "ipFamilies", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 17, json: "ipFamilyPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 20, json: "allocateLoadBalancerNodePorts", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 21, json: "loadBalancerClass", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 22, json: "internalTrafficPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 23, json: "trafficDistribution", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.ServiceStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "loadBalancer",
-            ty: Ty::Message(&M_API_CORE_V1_LOAD_BALANCER_STATUS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "conditions",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "loadBalancer", ty: Ty::Message(&M_API_CORE_V1_LOAD_BALANCER_STATUS), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "conditions", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_CONDITION), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENDPOINT_SUBSET: Msg = Msg {
     name: "io.k8s.api.core.v1.EndpointSubset",
     fields: &[
-        Field {
-            tag: 1,
-            json: "addresses",
-            ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_ADDRESS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "notReadyAddresses",
-            ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_ADDRESS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "ports",
-            ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "addresses", ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_ADDRESS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "notReadyAddresses", ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_ADDRESS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "ports", ty: Ty::Message(&M_API_CORE_V1_ENDPOINT_PORT), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_OBJECT_REFERENCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ObjectReference",
     fields: &[
-        Field {
-            tag: 1,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "namespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "uid",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "apiVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "resourceVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "fieldPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "kind", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "namespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "apiVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "resourceVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "fieldPath", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EVENT_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.EventSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "component",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "host",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "component", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "host", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EVENT_SERIES: Msg = Msg {
     name: "io.k8s.api.core.v1.EventSeries",
     fields: &[
-        Field {
-            tag: 1,
-            json: "count",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "lastObservedTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "count", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "lastObservedTime", ty: Ty::MicroTime, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_LOCAL_OBJECT_REFERENCE: Msg = Msg {
     name: "io.k8s.api.core.v1.LocalObjectReference",
-    fields: &[Field {
-        tag: 1,
-        json: "name",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_APPS_V1_DEPLOYMENT_SPEC: Msg = Msg {
     name: "io.k8s.api.apps.v1.DeploymentSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "replicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "selector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 3,
-            json: "template",
-            ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC),
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "strategy",
-            ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_STRATEGY),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "minReadySeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "revisionHistoryLimit",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "paused",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "progressDeadlineSeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR },
+        Field { tag: 3, json: "template", ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "strategy", ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_STRATEGY), card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "minReadySeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "revisionHistoryLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "paused", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "progressDeadlineSeconds", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_DEPLOYMENT_STATUS: Msg = Msg {
     name: "io.k8s.api.apps.v1.DeploymentStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "observedGeneration",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "replicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "updatedReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "readyReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "availableReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "unavailableReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "terminatingReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "conditions",
-            ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "collisionCount",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "updatedReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "readyReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "availableReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "unavailableReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "terminatingReplicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "conditions", ty: Ty::Message(&M_API_APPS_V1_DEPLOYMENT_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 8, json: "collisionCount", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_REPLICA_SET_SPEC: Msg = Msg {
     name: "io.k8s.api.apps.v1.ReplicaSetSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "replicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "minReadySeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "selector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 3,
-            json: "template",
-            ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "minReadySeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR },
+        Field { tag: 3, json: "template", ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_REPLICA_SET_STATUS: Msg = Msg {
     name: "io.k8s.api.apps.v1.ReplicaSetStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "replicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fullyLabeledReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readyReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "availableReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "terminatingReplicas",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "observedGeneration",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "conditions",
-            ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_CONDITION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fullyLabeledReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "readyReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "availableReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "terminatingReplicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "conditions", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_CONDITION), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT: Msg = Msg {
     name: "io.k8s.api.discovery.v1.Endpoint",
     fields: &[
-        Field {
-            tag: 1,
-            json: "addresses",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "conditions",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_CONDITIONS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "hostname",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "targetRef",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "deprecatedTopology",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "nodeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "zone",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "hints",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_HINTS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "addresses", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "conditions", ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_CONDITIONS), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "hostname", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "targetRef", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "deprecatedTopology", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 6, json: "nodeName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "zone", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "hints", ty: Ty::Message(&M_API_DISCOVERY_V1_ENDPOINT_HINTS), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT_PORT: Msg = Msg {
     name: "io.k8s.api.discovery.v1.EndpointPort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "appProtocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "protocol", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "port", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "appProtocol", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_SPEC: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressSpec",
     fields: &[
-        Field {
-            tag: 4,
-            json: "ingressClassName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 1,
-            json: "defaultBackend",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_BACKEND),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "tls",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_TLS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "rules",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_RULE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 4, json: "ingressClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 1, json: "defaultBackend", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_BACKEND), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "tls", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_TLS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "rules", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_RULE), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_STATUS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressStatus",
-    fields: &[Field {
-        tag: 1,
-        json: "loadBalancer",
-        ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_STATUS),
-        card: Card::Single,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "loadBalancer", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_STATUS), card: Card::Single, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_CLASS_SPEC: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressClassSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "controller",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "parameters",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "controller", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "parameters", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_SPEC: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicySpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "podSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "ingress",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "egress",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_EGRESS_RULE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "policyTypes",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "podSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "ingress", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "egress", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_EGRESS_RULE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "policyTypes", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_COORDINATION_V1_LEASE_SPEC: Msg = Msg {
     name: "io.k8s.api.coordination.v1.LeaseSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "holderIdentity",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "leaseDurationSeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "acquireTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "renewTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "leaseTransitions",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "strategy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "preferredHolder",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "holderIdentity", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "leaseDurationSeconds", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "acquireTime", ty: Ty::MicroTime, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "renewTime", ty: Ty::MicroTime, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "leaseTransitions", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "strategy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "preferredHolder", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_EVENTS_V1_EVENT_SERIES: Msg = Msg {
     name: "io.k8s.api.events.v1.EventSeries",
     fields: &[
-        Field {
-            tag: 1,
-            json: "count",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "lastObservedTime",
-            ty: Ty::MicroTime,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "count", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "lastObservedTime", ty: Ty::MicroTime, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_PRECONDITIONS: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions",
     fields: &[
-        Field {
-            tag: 1,
-            json: "uid",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "resourceVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "uid", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "resourceVersion", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_OWNER_REFERENCE: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
     fields: &[
-        Field {
-            tag: 5,
-            json: "apiVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 1,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "uid",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 6,
-            json: "controller",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "blockOwnerDeletion",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 5, json: "apiVersion", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 1, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "uid", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "controller", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "blockOwnerDeletion", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_MANAGED_FIELDS_ENTRY: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
     fields: &[
-        Field {
-            tag: 1,
-            json: "manager",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "operation",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "apiVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "time",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "fieldsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "fieldsV1",
-            ty: Ty::RawJson,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "subresource",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "manager", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "operation", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "apiVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "time", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "fieldsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "fieldsV1", ty: Ty::RawJson, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "subresource", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NAMESPACE_CONDITION: Msg = Msg {
     name: "io.k8s.api.core.v1.NamespaceCondition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_TAINT: Msg = Msg {
     name: "io.k8s.api.core.v1.Taint",
     fields: &[
-        Field {
-            tag: 1,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "effect",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "timeAdded",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "value", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "effect", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "timeAdded", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_CONFIG_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeConfigSource",
-    fields: &[Field {
-        tag: 2,
-        json: "configMap",
-        ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE),
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 2, json: "configMap", ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE), card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_CONDITION: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeCondition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "lastHeartbeatTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastHeartbeatTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_ADDRESS: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeAddress",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "address",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "address", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_DAEMON_ENDPOINTS: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeDaemonEndpoints",
-    fields: &[Field {
-        tag: 1,
-        json: "kubeletEndpoint",
-        ty: Ty::Message(&M_API_CORE_V1_DAEMON_ENDPOINT),
-        card: Card::Single,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "kubeletEndpoint", ty: Ty::Message(&M_API_CORE_V1_DAEMON_ENDPOINT), card: Card::Single, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SYSTEM_INFO: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSystemInfo",
     fields: &[
-        Field {
-            tag: 1,
-            json: "machineID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "systemUUID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "bootID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "kernelVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 5,
-            json: "osImage",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 6,
-            json: "containerRuntimeVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 7,
-            json: "kubeletVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 8,
-            json: "kubeProxyVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 9,
-            json: "operatingSystem",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 10,
-            json: "architecture",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 11,
-            json: "swap",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SWAP_STATUS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "machineID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "systemUUID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "bootID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "kernelVersion", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 5, json: "osImage", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "containerRuntimeVersion", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 7, json: "kubeletVersion", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 8, json: "kubeProxyVersion", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 9, json: "operatingSystem", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 10, json: "architecture", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 11, json: "swap", ty: Ty::Message(&M_API_CORE_V1_NODE_SWAP_STATUS), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_IMAGE: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerImage",
     fields: &[
-        Field {
-            tag: 1,
-            json: "names",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "sizeBytes",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "names", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "sizeBytes", ty: Ty::Int64, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ATTACHED_VOLUME: Msg = Msg {
     name: "io.k8s.api.core.v1.AttachedVolume",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "devicePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "devicePath", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_CONFIG_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeConfigStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "assigned",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "active",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "lastKnownGood",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "error",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "assigned", ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "active", ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "lastKnownGood", ty: Ty::Message(&M_API_CORE_V1_NODE_CONFIG_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "error", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_RUNTIME_HANDLER: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeRuntimeHandler",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "features",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "features", ty: Ty::Message(&M_API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_FEATURES: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeFeatures",
-    fields: &[Field {
-        tag: 1,
-        json: "supplementalGroupsPolicy",
-        ty: Ty::Bool,
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "supplementalGroupsPolicy", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME: Msg = Msg {
     name: "io.k8s.api.core.v1.Volume",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "", ty: Ty::Message(&M_API_CORE_V1_VOLUME_SOURCE), card: Card::Single, flags: INLINE },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER: Msg = Msg {
     name: "io.k8s.api.core.v1.Container",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "image",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "command",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "args",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "workingDir",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "ports",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "envFrom",
-            ty: Ty::Message(&M_API_CORE_V1_ENV_FROM_SOURCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "env",
-            ty: Ty::Message(&M_API_CORE_V1_ENV_VAR),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 23,
-            json: "resizePolicy",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESIZE_POLICY),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 24,
-            json: "restartPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 25,
-            json: "restartPolicyRules",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "volumeMounts",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 21,
-            json: "volumeDevices",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_DEVICE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "livenessProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "readinessProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 22,
-            json: "startupProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "lifecycle",
-            ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "terminationMessagePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "terminationMessagePolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "imagePullPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "securityContext",
-            ty: Ty::Message(&M_API_CORE_V1_SECURITY_CONTEXT),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 16,
-            json: "stdin",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "stdinOnce",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "tty",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "image", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "command", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "args", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "workingDir", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "ports", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_PORT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 19, json: "envFrom", ty: Ty::Message(&M_API_CORE_V1_ENV_FROM_SOURCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 7, json: "env", ty: Ty::Message(&M_API_CORE_V1_ENV_VAR), card: Card::Repeated, flags: OMIT },
+        Field { tag: 8, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS), card: Card::Single, flags: OMIT },
+        Field { tag: 23, json: "resizePolicy", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESIZE_POLICY), card: Card::Repeated, flags: OMIT },
+        Field { tag: 24, json: "restartPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 25, json: "restartPolicyRules", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 9, json: "volumeMounts", ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 21, json: "volumeDevices", ty: Ty::Message(&M_API_CORE_V1_VOLUME_DEVICE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 10, json: "livenessProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "readinessProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 22, json: "startupProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "lifecycle", ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 13, json: "terminationMessagePath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 20, json: "terminationMessagePolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 14, json: "imagePullPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 15, json: "securityContext", ty: Ty::Message(&M_API_CORE_V1_SECURITY_CONTEXT), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 16, json: "stdin", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 17, json: "stdinOnce", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 18, json: "tty", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EPHEMERAL_CONTAINER: Msg = Msg {
     name: "io.k8s.api.core.v1.EphemeralContainer",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_CONTAINER_COMMON),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "targetContainerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_CONTAINER_COMMON), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "targetContainerName", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_SECURITY_CONTEXT: Msg = Msg {
     name: "io.k8s.api.core.v1.PodSecurityContext",
     fields: &[
-        Field {
-            tag: 1,
-            json: "seLinuxOptions",
-            ty: Ty::Message(&M_API_CORE_V1_SE_LINUX_OPTIONS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "windowsOptions",
-            ty: Ty::Message(&M_API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "runAsUser",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "runAsGroup",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "runAsNonRoot",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "supplementalGroups",
-            ty: Ty::Int64,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "supplementalGroupsPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "fsGroup",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "sysctls",
-            ty: Ty::Message(&M_API_CORE_V1_SYSCTL),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "fsGroupChangePolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "seccompProfile",
-            ty: Ty::Message(&M_API_CORE_V1_SECCOMP_PROFILE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "appArmorProfile",
-            ty: Ty::Message(&M_API_CORE_V1_APP_ARMOR_PROFILE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "seLinuxChangePolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "seLinuxOptions", ty: Ty::Message(&M_API_CORE_V1_SE_LINUX_OPTIONS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "windowsOptions", ty: Ty::Message(&M_API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "runAsUser", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "runAsGroup", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "runAsNonRoot", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "supplementalGroups", ty: Ty::Int64, card: Card::Repeated, flags: OMIT },
+        Field { tag: 12, json: "supplementalGroupsPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "fsGroup", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "sysctls", ty: Ty::Message(&M_API_CORE_V1_SYSCTL), card: Card::Repeated, flags: OMIT },
+        Field { tag: 9, json: "fsGroupChangePolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "seccompProfile", ty: Ty::Message(&M_API_CORE_V1_SECCOMP_PROFILE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "appArmorProfile", ty: Ty::Message(&M_API_CORE_V1_APP_ARMOR_PROFILE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 13, json: "seLinuxChangePolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_AFFINITY: Msg = Msg {
     name: "io.k8s.api.core.v1.Affinity",
     fields: &[
-        Field {
-            tag: 1,
-            json: "nodeAffinity",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_AFFINITY),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "podAffinity",
-            ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "podAntiAffinity",
-            ty: Ty::Message(&M_API_CORE_V1_POD_ANTI_AFFINITY),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "nodeAffinity", ty: Ty::Message(&M_API_CORE_V1_NODE_AFFINITY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "podAffinity", ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "podAntiAffinity", ty: Ty::Message(&M_API_CORE_V1_POD_ANTI_AFFINITY), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_TOLERATION: Msg = Msg {
     name: "io.k8s.api.core.v1.Toleration",
     fields: &[
-        Field {
-            tag: 1,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "operator",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "effect",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "tolerationSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "value", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "effect", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "tolerationSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_HOST_ALIAS: Msg = Msg {
     name: "io.k8s.api.core.v1.HostAlias",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ip",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "hostnames",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "hostnames", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_DNS_CONFIG: Msg = Msg {
     name: "io.k8s.api.core.v1.PodDnsConfig",
     fields: &[
-        Field {
-            tag: 1,
-            json: "nameservers",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "searches",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "options",
-            ty: Ty::Message(&M_API_CORE_V1_POD_DNS_CONFIG_OPTION),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "nameservers", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "searches", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "options", ty: Ty::Message(&M_API_CORE_V1_POD_DNS_CONFIG_OPTION), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_READINESS_GATE: Msg = Msg {
     name: "io.k8s.api.core.v1.PodReadinessGate",
-    fields: &[Field {
-        tag: 1,
-        json: "conditionType",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "conditionType", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_TOPOLOGY_SPREAD_CONSTRAINT: Msg = Msg {
     name: "io.k8s.api.core.v1.TopologySpreadConstraint",
     fields: &[
-        Field {
-            tag: 1,
-            json: "maxSkew",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "topologyKey",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "whenUnsatisfiable",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "labelSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "minDomains",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "nodeAffinityPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "nodeTaintsPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "matchLabelKeys",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "maxSkew", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "topologyKey", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "whenUnsatisfiable", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "labelSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "minDomains", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "nodeAffinityPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "nodeTaintsPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "matchLabelKeys", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_OS: Msg = Msg {
     name: "io.k8s.api.core.v1.PodOs",
-    fields: &[Field {
-        tag: 1,
-        json: "name",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_SCHEDULING_GATE: Msg = Msg {
     name: "io.k8s.api.core.v1.PodSchedulingGate",
-    fields: &[Field {
-        tag: 1,
-        json: "name",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_RESOURCE_CLAIM: Msg = Msg {
     name: "io.k8s.api.core.v1.PodResourceClaim",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "resourceClaimName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "resourceClaimTemplateName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "resourceClaimName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "resourceClaimTemplateName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_RESOURCE_REQUIREMENTS: Msg = Msg {
     name: "io.k8s.api.core.v1.ResourceRequirements",
     fields: &[
-        Field {
-            tag: 1,
-            json: "limits",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "requests",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "claims",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_CLAIM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "limits", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 2, json: "requests", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "claims", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_CLAIM), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_WORKLOAD_REFERENCE: Msg = Msg {
     name: "io.k8s.api.core.v1.WorkloadReference",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "podGroup",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "podGroupReplicaKey",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "podGroup", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "podGroupReplicaKey", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_CONDITION: Msg = Msg {
     name: "io.k8s.api.core.v1.PodCondition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 7,
-            json: "observedGeneration",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "lastProbeTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 7, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastProbeTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_HOST_IP: Msg = Msg {
     name: "io.k8s.api.core.v1.HostIp",
-    fields: &[Field {
-        tag: 1,
-        json: "ip",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_IP: Msg = Msg {
     name: "io.k8s.api.core.v1.PodIp",
-    fields: &[Field {
-        tag: 1,
-        json: "ip",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "state",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "lastState",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "ready",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 5,
-            json: "restartCount",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 6,
-            json: "image",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 7,
-            json: "imageID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 8,
-            json: "containerID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "started",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "allocatedResources",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "volumeMounts",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "user",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_USER),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "allocatedResourcesStatus",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "stopSignal",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "state", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "lastState", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE), card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "ready", ty: Ty::Bool, card: Card::Single, flags: 0 },
+        Field { tag: 5, json: "restartCount", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "image", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 7, json: "imageID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 8, json: "containerID", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "started", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "allocatedResources", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 11, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "volumeMounts", ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 13, json: "user", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_USER), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "allocatedResourcesStatus", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_STATUS), card: Card::Repeated, flags: OMIT },
+        Field { tag: 15, json: "stopSignal", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_RESOURCE_CLAIM_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.PodResourceClaimStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "resourceClaimName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "resourceClaimName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_EXTENDED_RESOURCE_CLAIM_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.PodExtendedResourceClaimStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "requestMappings",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST),
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "resourceClaimName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "requestMappings", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST), card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "resourceClaimName", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE_PORT: Msg = Msg {
     name: "io.k8s.api.core.v1.ServicePort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "appProtocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "targetPort",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "nodePort",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "protocol", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "appProtocol", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "targetPort", ty: Ty::IntOrString, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "nodePort", ty: Ty::Int32, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SESSION_AFFINITY_CONFIG: Msg = Msg {
     name: "io.k8s.api.core.v1.SessionAffinityConfig",
-    fields: &[Field {
-        tag: 1,
-        json: "clientIP",
-        ty: Ty::Message(&M_API_CORE_V1_CLIENT_IP_CONFIG),
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "clientIP", ty: Ty::Message(&M_API_CORE_V1_CLIENT_IP_CONFIG), card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_LOAD_BALANCER_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.LoadBalancerStatus",
-    fields: &[Field {
-        tag: 1,
-        json: "ingress",
-        ty: Ty::Message(&M_API_CORE_V1_LOAD_BALANCER_INGRESS),
-        card: Card::Repeated,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "ingress", ty: Ty::Message(&M_API_CORE_V1_LOAD_BALANCER_INGRESS), card: Card::Repeated, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_CONDITION: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.Condition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "observedGeneration",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 5,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 6,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: 0 },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENDPOINT_ADDRESS: Msg = Msg {
     name: "io.k8s.api.core.v1.EndpointAddress",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ip",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "hostname",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "nodeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "targetRef",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "hostname", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "nodeName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "targetRef", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENDPOINT_PORT: Msg = Msg {
     name: "io.k8s.api.core.v1.EndpointPort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "appProtocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "protocol", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "appProtocol", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "matchLabels",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "matchExpressions",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR_REQUIREMENT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "matchLabels", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 2, json: "matchExpressions", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR_REQUIREMENT), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_TEMPLATE_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.PodTemplateSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_POD_SPEC),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_POD_SPEC), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_DEPLOYMENT_STRATEGY: Msg = Msg {
     name: "io.k8s.api.apps.v1.DeploymentStrategy",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "rollingUpdate",
-            ty: Ty::Message(&M_API_APPS_V1_ROLLING_UPDATE_DEPLOYMENT),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "rollingUpdate", ty: Ty::Message(&M_API_APPS_V1_ROLLING_UPDATE_DEPLOYMENT), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_DEPLOYMENT_CONDITION: Msg = Msg {
     name: "io.k8s.api.apps.v1.DeploymentCondition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 6,
-            json: "lastUpdateTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "lastUpdateTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_REPLICA_SET_CONDITION: Msg = Msg {
     name: "io.k8s.api.apps.v1.ReplicaSetCondition",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "status",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "lastTransitionTime",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT_CONDITIONS: Msg = Msg {
     name: "io.k8s.api.discovery.v1.EndpointConditions",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ready",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "serving",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "terminating",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "ready", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "serving", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "terminating", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT_HINTS: Msg = Msg {
     name: "io.k8s.api.discovery.v1.EndpointHints",
     fields: &[
-        Field {
-            tag: 1,
-            json: "forZones",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_FOR_ZONE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "forNodes",
-            ty: Ty::Message(&M_API_DISCOVERY_V1_FOR_NODE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "forZones", ty: Ty::Message(&M_API_DISCOVERY_V1_FOR_ZONE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "forNodes", ty: Ty::Message(&M_API_DISCOVERY_V1_FOR_NODE), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_BACKEND: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressBackend",
     fields: &[
-        Field {
-            tag: 4,
-            json: "service",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_SERVICE_BACKEND),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "resource",
-            ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 4, json: "service", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_SERVICE_BACKEND), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "resource", ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_TLS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressTls",
     fields: &[
-        Field {
-            tag: 1,
-            json: "hosts",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "secretName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "hosts", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "secretName", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_RULE: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressRule",
     fields: &[
-        Field {
-            tag: 1,
-            json: "host",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_RULE_VALUE),
-            card: Card::Single,
-            flags: INLINE,
-        },
+        Field { tag: 1, json: "host", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_RULE_VALUE), card: Card::Single, flags: INLINE },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_STATUS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressLoadBalancerStatus",
-    fields: &[Field {
-        tag: 1,
-        json: "ingress",
-        ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_INGRESS),
-        card: Card::Repeated,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "ingress", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_INGRESS), card: Card::Repeated, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_CLASS_PARAMETERS_REFERENCE: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressClassParametersReference",
     fields: &[
-        Field {
-            tag: 1,
-            json: "apiGroup",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "scope",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 5,
-            json: "namespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "scope", ty: Ty::String, card: Card::Single, flags: PTR },
+        Field { tag: 5, json: "namespace", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_INGRESS_RULE: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicyIngressRule",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ports",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "from",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PEER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "ports", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PORT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "from", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PEER), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_EGRESS_RULE: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicyEgressRule",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ports",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "to",
-            ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PEER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "ports", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PORT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "to", ty: Ty::Message(&M_API_NETWORKING_V1_NETWORK_POLICY_PEER), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapNodeConfigSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "namespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "uid",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "resourceVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "kubeletConfigKey",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "namespace", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "resourceVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "kubeletConfigKey", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_DAEMON_ENDPOINT: Msg = Msg {
     name: "io.k8s.api.core.v1.DaemonEndpoint",
-    fields: &[Field {
-        tag: 1,
-        json: "Port",
-        ty: Ty::Int32,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "Port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SWAP_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSwapStatus",
-    fields: &[Field {
-        tag: 1,
-        json: "capacity",
-        ty: Ty::Int64,
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "capacity", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_RUNTIME_HANDLER_FEATURES: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeRuntimeHandlerFeatures",
     fields: &[
-        Field {
-            tag: 1,
-            json: "recursiveReadOnlyMounts",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "userNamespaces",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "recursiveReadOnlyMounts", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "userNamespaces", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "hostPath",
-            ty: Ty::Message(&M_API_CORE_V1_HOST_PATH_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "emptyDir",
-            ty: Ty::Message(&M_API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "gcePersistentDisk",
-            ty: Ty::Message(&M_API_CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "awsElasticBlockStore",
-            ty: Ty::Message(&M_API_CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "gitRepo",
-            ty: Ty::Message(&M_API_CORE_V1_GIT_REPO_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "secret",
-            ty: Ty::Message(&M_API_CORE_V1_SECRET_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "nfs",
-            ty: Ty::Message(&M_API_CORE_V1_NFS_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "iscsi",
-            ty: Ty::Message(&M_API_CORE_V1_ISCSI_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "glusterfs",
-            ty: Ty::Message(&M_API_CORE_V1_GLUSTERFS_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "persistentVolumeClaim",
-            ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "rbd",
-            ty: Ty::Message(&M_API_CORE_V1_RBD_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "flexVolume",
-            ty: Ty::Message(&M_API_CORE_V1_FLEX_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "cinder",
-            ty: Ty::Message(&M_API_CORE_V1_CINDER_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "cephfs",
-            ty: Ty::Message(&M_API_CORE_V1_CEPH_FS_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "flocker",
-            ty: Ty::Message(&M_API_CORE_V1_FLOCKER_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 16,
-            json: "downwardAPI",
-            ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "fc",
-            ty: Ty::Message(&M_API_CORE_V1_FC_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "azureFile",
-            ty: Ty::Message(&M_API_CORE_V1_AZURE_FILE_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "configMap",
-            ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "vsphereVolume",
-            ty: Ty::Message(&M_API_CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 21,
-            json: "quobyte",
-            ty: Ty::Message(&M_API_CORE_V1_QUOBYTE_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 22,
-            json: "azureDisk",
-            ty: Ty::Message(&M_API_CORE_V1_AZURE_DISK_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 23,
-            json: "photonPersistentDisk",
-            ty: Ty::Message(&M_API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 26,
-            json: "projected",
-            ty: Ty::Message(&M_API_CORE_V1_PROJECTED_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 24,
-            json: "portworxVolume",
-            ty: Ty::Message(&M_API_CORE_V1_PORTWORX_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 25,
-            json: "scaleIO",
-            ty: Ty::Message(&M_API_CORE_V1_SCALE_IO_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 27,
-            json: "storageos",
-            ty: Ty::Message(&M_API_CORE_V1_STORAGE_OS_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 28,
-            json: "csi",
-            ty: Ty::Message(&M_API_CORE_V1_CSI_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 29,
-            json: "ephemeral",
-            ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 30,
-            json: "image",
-            ty: Ty::Message(&M_API_CORE_V1_IMAGE_VOLUME_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "hostPath", ty: Ty::Message(&M_API_CORE_V1_HOST_PATH_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "emptyDir", ty: Ty::Message(&M_API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "gcePersistentDisk", ty: Ty::Message(&M_API_CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "awsElasticBlockStore", ty: Ty::Message(&M_API_CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "gitRepo", ty: Ty::Message(&M_API_CORE_V1_GIT_REPO_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "secret", ty: Ty::Message(&M_API_CORE_V1_SECRET_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "nfs", ty: Ty::Message(&M_API_CORE_V1_NFS_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "iscsi", ty: Ty::Message(&M_API_CORE_V1_ISCSI_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "glusterfs", ty: Ty::Message(&M_API_CORE_V1_GLUSTERFS_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "persistentVolumeClaim", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "rbd", ty: Ty::Message(&M_API_CORE_V1_RBD_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "flexVolume", ty: Ty::Message(&M_API_CORE_V1_FLEX_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 13, json: "cinder", ty: Ty::Message(&M_API_CORE_V1_CINDER_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "cephfs", ty: Ty::Message(&M_API_CORE_V1_CEPH_FS_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 15, json: "flocker", ty: Ty::Message(&M_API_CORE_V1_FLOCKER_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 16, json: "downwardAPI", ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 17, json: "fc", ty: Ty::Message(&M_API_CORE_V1_FC_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 18, json: "azureFile", ty: Ty::Message(&M_API_CORE_V1_AZURE_FILE_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 19, json: "configMap", ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 20, json: "vsphereVolume", ty: Ty::Message(&M_API_CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 21, json: "quobyte", ty: Ty::Message(&M_API_CORE_V1_QUOBYTE_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 22, json: "azureDisk", ty: Ty::Message(&M_API_CORE_V1_AZURE_DISK_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 23, json: "photonPersistentDisk", ty: Ty::Message(&M_API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 26, json: "projected", ty: Ty::Message(&M_API_CORE_V1_PROJECTED_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 24, json: "portworxVolume", ty: Ty::Message(&M_API_CORE_V1_PORTWORX_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 25, json: "scaleIO", ty: Ty::Message(&M_API_CORE_V1_SCALE_IO_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 27, json: "storageos", ty: Ty::Message(&M_API_CORE_V1_STORAGE_OS_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 28, json: "csi", ty: Ty::Message(&M_API_CORE_V1_CSI_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 29, json: "ephemeral", ty: Ty::Message(&M_API_CORE_V1_EPHEMERAL_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 30, json: "image", ty: Ty::Message(&M_API_CORE_V1_IMAGE_VOLUME_SOURCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_PORT: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerPort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "hostPort",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "containerPort",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "hostIP",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "hostPort", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "containerPort", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "protocol", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "hostIP", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENV_FROM_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.EnvFromSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "prefix",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "configMapRef",
-            ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_ENV_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_SECRET_ENV_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "prefix", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "configMapRef", ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_ENV_SOURCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_SECRET_ENV_SOURCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENV_VAR: Msg = Msg {
     name: "io.k8s.api.core.v1.EnvVar",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "valueFrom",
-            ty: Ty::Message(&M_API_CORE_V1_ENV_VAR_SOURCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "value", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "valueFrom", ty: Ty::Message(&M_API_CORE_V1_ENV_VAR_SOURCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_RESIZE_POLICY: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerResizePolicy",
     fields: &[
-        Field {
-            tag: 1,
-            json: "resourceName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "restartPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "resourceName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "restartPolicy", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_RESTART_RULE: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerRestartRule",
     fields: &[
-        Field {
-            tag: 1,
-            json: "action",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "exitCodes",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE_ON_EXIT_CODES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "action", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "exitCodes", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE_ON_EXIT_CODES), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_MOUNT: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeMount",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "recursiveReadOnly",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "mountPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "subPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "mountPropagation",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "subPathExpr",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "recursiveReadOnly", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "mountPath", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "subPath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "mountPropagation", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "subPathExpr", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_DEVICE: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeDevice",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "devicePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "devicePath", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PROBE: Msg = Msg {
     name: "io.k8s.api.core.v1.Probe",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE_HANDLER),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "initialDelaySeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "timeoutSeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "periodSeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "successThreshold",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "failureThreshold",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "terminationGracePeriodSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_PROBE_HANDLER), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "initialDelaySeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "timeoutSeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "periodSeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "successThreshold", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "failureThreshold", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "terminationGracePeriodSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_LIFECYCLE: Msg = Msg {
     name: "io.k8s.api.core.v1.Lifecycle",
     fields: &[
-        Field {
-            tag: 1,
-            json: "postStart",
-            ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE_HANDLER),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "preStop",
-            ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE_HANDLER),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "stopSignal",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "postStart", ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE_HANDLER), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "preStop", ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE_HANDLER), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "stopSignal", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECURITY_CONTEXT: Msg = Msg {
     name: "io.k8s.api.core.v1.SecurityContext",
     fields: &[
-        Field {
-            tag: 1,
-            json: "capabilities",
-            ty: Ty::Message(&M_API_CORE_V1_CAPABILITIES),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "privileged",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "seLinuxOptions",
-            ty: Ty::Message(&M_API_CORE_V1_SE_LINUX_OPTIONS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "windowsOptions",
-            ty: Ty::Message(&M_API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "runAsUser",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "runAsGroup",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "runAsNonRoot",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "readOnlyRootFilesystem",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "allowPrivilegeEscalation",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "procMount",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "seccompProfile",
-            ty: Ty::Message(&M_API_CORE_V1_SECCOMP_PROFILE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "appArmorProfile",
-            ty: Ty::Message(&M_API_CORE_V1_APP_ARMOR_PROFILE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "capabilities", ty: Ty::Message(&M_API_CORE_V1_CAPABILITIES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "privileged", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "seLinuxOptions", ty: Ty::Message(&M_API_CORE_V1_SE_LINUX_OPTIONS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "windowsOptions", ty: Ty::Message(&M_API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "runAsUser", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "runAsGroup", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "runAsNonRoot", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "readOnlyRootFilesystem", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "allowPrivilegeEscalation", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "procMount", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "seccompProfile", ty: Ty::Message(&M_API_CORE_V1_SECCOMP_PROFILE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "appArmorProfile", ty: Ty::Message(&M_API_CORE_V1_APP_ARMOR_PROFILE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EPHEMERAL_CONTAINER_COMMON: Msg = Msg {
     name: "io.k8s.api.core.v1.EphemeralContainerCommon",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "image",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "command",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "args",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "workingDir",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "ports",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_PORT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 19,
-            json: "envFrom",
-            ty: Ty::Message(&M_API_CORE_V1_ENV_FROM_SOURCE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "env",
-            ty: Ty::Message(&M_API_CORE_V1_ENV_VAR),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 23,
-            json: "resizePolicy",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESIZE_POLICY),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 24,
-            json: "restartPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 25,
-            json: "restartPolicyRules",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "volumeMounts",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 21,
-            json: "volumeDevices",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_DEVICE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "livenessProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "readinessProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 22,
-            json: "startupProbe",
-            ty: Ty::Message(&M_API_CORE_V1_PROBE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "lifecycle",
-            ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 13,
-            json: "terminationMessagePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 20,
-            json: "terminationMessagePolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 14,
-            json: "imagePullPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 15,
-            json: "securityContext",
-            ty: Ty::Message(&M_API_CORE_V1_SECURITY_CONTEXT),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 16,
-            json: "stdin",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 17,
-            json: "stdinOnce",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 18,
-            json: "tty",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "image", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "command", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "args", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "workingDir", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "ports", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_PORT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 19, json: "envFrom", ty: Ty::Message(&M_API_CORE_V1_ENV_FROM_SOURCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 7, json: "env", ty: Ty::Message(&M_API_CORE_V1_ENV_VAR), card: Card::Repeated, flags: OMIT },
+        Field { tag: 8, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_REQUIREMENTS), card: Card::Single, flags: OMIT },
+        Field { tag: 23, json: "resizePolicy", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESIZE_POLICY), card: Card::Repeated, flags: OMIT },
+        Field { tag: 24, json: "restartPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 25, json: "restartPolicyRules", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_RESTART_RULE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 9, json: "volumeMounts", ty: Ty::Message(&M_API_CORE_V1_VOLUME_MOUNT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 21, json: "volumeDevices", ty: Ty::Message(&M_API_CORE_V1_VOLUME_DEVICE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 10, json: "livenessProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "readinessProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 22, json: "startupProbe", ty: Ty::Message(&M_API_CORE_V1_PROBE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "lifecycle", ty: Ty::Message(&M_API_CORE_V1_LIFECYCLE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 13, json: "terminationMessagePath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 20, json: "terminationMessagePolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 14, json: "imagePullPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 15, json: "securityContext", ty: Ty::Message(&M_API_CORE_V1_SECURITY_CONTEXT), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 16, json: "stdin", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 17, json: "stdinOnce", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 18, json: "tty", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SE_LINUX_OPTIONS: Msg = Msg {
     name: "io.k8s.api.core.v1.SeLinuxOptions",
     fields: &[
-        Field {
-            tag: 1,
-            json: "user",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "role",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "level",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "user", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "role", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "level", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_WINDOWS_SECURITY_CONTEXT_OPTIONS: Msg = Msg {
     name: "io.k8s.api.core.v1.WindowsSecurityContextOptions",
     fields: &[
-        Field {
-            tag: 1,
-            json: "gmsaCredentialSpecName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "gmsaCredentialSpec",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "runAsUserName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "hostProcess",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "gmsaCredentialSpecName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "gmsaCredentialSpec", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "runAsUserName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "hostProcess", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SYSCTL: Msg = Msg {
     name: "io.k8s.api.core.v1.Sysctl",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "value", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECCOMP_PROFILE: Msg = Msg {
     name: "io.k8s.api.core.v1.SeccompProfile",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "localhostProfile",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "localhostProfile", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_APP_ARMOR_PROFILE: Msg = Msg {
     name: "io.k8s.api.core.v1.AppArmorProfile",
     fields: &[
-        Field {
-            tag: 1,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "localhostProfile",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "localhostProfile", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_AFFINITY: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeAffinity",
     fields: &[
-        Field {
-            tag: 1,
-            json: "requiredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "preferredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_PREFERRED_SCHEDULING_TERM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "requiredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "preferredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_PREFERRED_SCHEDULING_TERM), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_AFFINITY: Msg = Msg {
     name: "io.k8s.api.core.v1.PodAffinity",
     fields: &[
-        Field {
-            tag: 1,
-            json: "requiredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "preferredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "requiredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "preferredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_ANTI_AFFINITY: Msg = Msg {
     name: "io.k8s.api.core.v1.PodAntiAffinity",
     fields: &[
-        Field {
-            tag: 1,
-            json: "requiredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "preferredDuringSchedulingIgnoredDuringExecution",
-            ty: Ty::Message(&M_API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "requiredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "preferredDuringSchedulingIgnoredDuringExecution", ty: Ty::Message(&M_API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_DNS_CONFIG_OPTION: Msg = Msg {
     name: "io.k8s.api.core.v1.PodDnsConfigOption",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "value", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_RESOURCE_CLAIM: Msg = Msg {
     name: "io.k8s.api.core.v1.ResourceClaim",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "request",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "request", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_STATE: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerState",
     fields: &[
-        Field {
-            tag: 1,
-            json: "waiting",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_WAITING),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "running",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_RUNNING),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "terminated",
-            ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_TERMINATED),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "waiting", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_WAITING), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "running", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_RUNNING), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "terminated", ty: Ty::Message(&M_API_CORE_V1_CONTAINER_STATE_TERMINATED), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_MOUNT_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeMountStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "mountPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "recursiveReadOnly",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "mountPath", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "recursiveReadOnly", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_USER: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerUser",
-    fields: &[Field {
-        tag: 1,
-        json: "linux",
-        ty: Ty::Message(&M_API_CORE_V1_LINUX_CONTAINER_USER),
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "linux", ty: Ty::Message(&M_API_CORE_V1_LINUX_CONTAINER_USER), card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_RESOURCE_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.ResourceStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_HEALTH),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "resources", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_HEALTH), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_EXTENDED_RESOURCE_REQUEST: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerExtendedResourceRequest",
     fields: &[
-        Field {
-            tag: 1,
-            json: "containerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "resourceName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "requestName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "containerName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "resourceName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "requestName", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CLIENT_IP_CONFIG: Msg = Msg {
     name: "io.k8s.api.core.v1.ClientIpConfig",
-    fields: &[Field {
-        tag: 1,
-        json: "timeoutSeconds",
-        ty: Ty::Int32,
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "timeoutSeconds", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_LOAD_BALANCER_INGRESS: Msg = Msg {
     name: "io.k8s.api.core.v1.LoadBalancerIngress",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ip",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "hostname",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "ipMode",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "ports",
-            ty: Ty::Message(&M_API_CORE_V1_PORT_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "hostname", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "ipMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "ports", ty: Ty::Message(&M_API_CORE_V1_PORT_STATUS), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR_REQUIREMENT: Msg = Msg {
     name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
     fields: &[
-        Field {
-            tag: 1,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "operator",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "values",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "values", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_APPS_V1_ROLLING_UPDATE_DEPLOYMENT: Msg = Msg {
     name: "io.k8s.api.apps.v1.RollingUpdateDeployment",
     fields: &[
-        Field {
-            tag: 1,
-            json: "maxUnavailable",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "maxSurge",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "maxUnavailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "maxSurge", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_FOR_ZONE: Msg = Msg {
     name: "io.k8s.api.discovery.v1.ForZone",
-    fields: &[Field {
-        tag: 1,
-        json: "name",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_DISCOVERY_V1_FOR_NODE: Msg = Msg {
     name: "io.k8s.api.discovery.v1.ForNode",
-    fields: &[Field {
-        tag: 1,
-        json: "name",
-        ty: Ty::String,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_SERVICE_BACKEND: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressServiceBackend",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "port",
-            ty: Ty::Message(&M_API_NETWORKING_V1_SERVICE_BACKEND_PORT),
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "port", ty: Ty::Message(&M_API_NETWORKING_V1_SERVICE_BACKEND_PORT), card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE: Msg = Msg {
     name: "io.k8s.api.core.v1.TypedLocalObjectReference",
     fields: &[
-        Field {
-            tag: 1,
-            json: "apiGroup",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 2,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: PTR },
+        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_RULE_VALUE: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressRuleValue",
-    fields: &[Field {
-        tag: 1,
-        json: "http",
-        ty: Ty::Message(&M_API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE),
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "http", ty: Ty::Message(&M_API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE), card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_LOAD_BALANCER_INGRESS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressLoadBalancerIngress",
     fields: &[
-        Field {
-            tag: 1,
-            json: "ip",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "hostname",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "ports",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_PORT_STATUS),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "ip", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "hostname", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "ports", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_PORT_STATUS), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_PORT: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicyPort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "port",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "endPort",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "protocol", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "port", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "endPort", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_PEER: Msg = Msg {
     name: "io.k8s.api.networking.v1.NetworkPolicyPeer",
     fields: &[
-        Field {
-            tag: 1,
-            json: "podSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "namespaceSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "ipBlock",
-            ty: Ty::Message(&M_API_NETWORKING_V1_IP_BLOCK),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "podSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "namespaceSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "ipBlock", ty: Ty::Message(&M_API_NETWORKING_V1_IP_BLOCK), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_HOST_PATH_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.HostPathVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "type",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "type", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EMPTY_DIR_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.EmptyDirVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "medium",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "sizeLimit",
-            ty: Ty::Quantity,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "medium", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "sizeLimit", ty: Ty::Quantity, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_GCE_PERSISTENT_DISK_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.GcePersistentDiskVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "pdName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "partition",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "pdName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "partition", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_AWS_ELASTIC_BLOCK_STORE_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.AwsElasticBlockStoreVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumeID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "partition",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "volumeID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "partition", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_GIT_REPO_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.GitRepoVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "repository",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "revision",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "directory",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "repository", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "revision", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "directory", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECRET_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.SecretVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "secretName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "items",
-            ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "defaultMode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "secretName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "items", ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "defaultMode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NFS_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.NfsVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "server",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "server", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ISCSI_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.IscsiVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "targetPortal",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "iqn",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "lun",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "iscsiInterface",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "portals",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "chapAuthDiscovery",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 11,
-            json: "chapAuthSession",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 12,
-            json: "initiatorName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "targetPortal", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "iqn", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lun", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "iscsiInterface", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "portals", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 8, json: "chapAuthDiscovery", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "chapAuthSession", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 10, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "initiatorName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_GLUSTERFS_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.GlusterfsVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "endpoints",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "endpoints", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "claimName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "claimName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_RBD_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.RbdVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "monitors",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "image",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "pool",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "user",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "keyring",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "monitors", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "image", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "pool", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "user", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "keyring", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_FLEX_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.FlexVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "driver",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "options",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "driver", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "options", ty: Ty::String, card: Card::Map, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CINDER_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.CinderVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumeID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "volumeID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CEPH_FS_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.CephFsVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "monitors",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "user",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "secretFile",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "monitors", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "path", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "user", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "secretFile", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_FLOCKER_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.FlockerVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "datasetName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "datasetUUID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "datasetName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "datasetUUID", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_DOWNWARDAPI_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.DownwardAPIVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "items",
-            ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_FILE),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "defaultMode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "items", ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_FILE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "defaultMode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_FC_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.FcVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "targetWWNs",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "lun",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "wwids",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "targetWWNs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "lun", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "wwids", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_AZURE_FILE_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.AzureFileVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "secretName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "shareName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "secretName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "shareName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "items",
-            ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "defaultMode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "items", ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "defaultMode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VSPHERE_VIRTUAL_DISK_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.VsphereVirtualDiskVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "storagePolicyName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "storagePolicyID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "volumePath", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "storagePolicyName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "storagePolicyID", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_QUOBYTE_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.QuobyteVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "registry",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "volume",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "user",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "group",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "tenant",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "registry", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "volume", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "user", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "group", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "tenant", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_AZURE_DISK_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.AzureDiskVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "diskName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "diskURI",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "cachingMode",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "diskName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "diskURI", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "cachingMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "fsType", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "kind", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PHOTON_PERSISTENT_DISK_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.PhotonPersistentDiskVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "pdID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "pdID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PROJECTED_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ProjectedVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "sources",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_PROJECTION),
-            card: Card::Repeated,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "defaultMode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "sources", ty: Ty::Message(&M_API_CORE_V1_VOLUME_PROJECTION), card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "defaultMode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PORTWORX_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.PortworxVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumeID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "volumeID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SCALE_IO_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ScaleIoVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "gateway",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "system",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 4,
-            json: "sslEnabled",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "protectionDomain",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "storagePool",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "storageMode",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "volumeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 10,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "gateway", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "system", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR },
+        Field { tag: 4, json: "sslEnabled", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "protectionDomain", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "storagePool", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "storageMode", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "volumeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 10, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_STORAGE_OS_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.StorageOsVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "volumeNamespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "secretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "volumeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "volumeNamespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "fsType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "secretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CSI_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.CSIVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "driver",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "readOnly",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "fsType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "volumeAttributes",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "nodePublishSecretRef",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "driver", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "readOnly", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "fsType", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "volumeAttributes", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 5, json: "nodePublishSecretRef", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EPHEMERAL_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.EphemeralVolumeSource",
-    fields: &[Field {
-        tag: 1,
-        json: "volumeClaimTemplate",
-        ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE),
-        card: Card::Single,
-        flags: PTR | OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "volumeClaimTemplate", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE), card: Card::Single, flags: PTR|OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_IMAGE_VOLUME_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ImageVolumeSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "reference",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "pullPolicy",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "reference", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "pullPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_ENV_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapEnvSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECRET_ENV_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.SecretEnvSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_ENV_VAR_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.EnvVarSource",
     fields: &[
-        Field {
-            tag: 1,
-            json: "fieldRef",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_FIELD_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "resourceFieldRef",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_FIELD_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "configMapKeyRef",
-            ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_KEY_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "secretKeyRef",
-            ty: Ty::Message(&M_API_CORE_V1_SECRET_KEY_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "fileKeyRef",
-            ty: Ty::Message(&M_API_CORE_V1_FILE_KEY_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "fieldRef", ty: Ty::Message(&M_API_CORE_V1_OBJECT_FIELD_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "resourceFieldRef", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_FIELD_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "configMapKeyRef", ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_KEY_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "secretKeyRef", ty: Ty::Message(&M_API_CORE_V1_SECRET_KEY_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "fileKeyRef", ty: Ty::Message(&M_API_CORE_V1_FILE_KEY_SELECTOR), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_RESTART_RULE_ON_EXIT_CODES: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerRestartRuleOnExitCodes",
     fields: &[
-        Field {
-            tag: 1,
-            json: "operator",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "values",
-            ty: Ty::Int32,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "operator", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "values", ty: Ty::Int32, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PROBE_HANDLER: Msg = Msg {
     name: "io.k8s.api.core.v1.ProbeHandler",
     fields: &[
-        Field {
-            tag: 1,
-            json: "exec",
-            ty: Ty::Message(&M_API_CORE_V1_EXEC_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "httpGet",
-            ty: Ty::Message(&M_API_CORE_V1_HTTP_GET_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "tcpSocket",
-            ty: Ty::Message(&M_API_CORE_V1_TCP_SOCKET_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "grpc",
-            ty: Ty::Message(&M_API_CORE_V1_GRPC_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "exec", ty: Ty::Message(&M_API_CORE_V1_EXEC_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "httpGet", ty: Ty::Message(&M_API_CORE_V1_HTTP_GET_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "tcpSocket", ty: Ty::Message(&M_API_CORE_V1_TCP_SOCKET_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "grpc", ty: Ty::Message(&M_API_CORE_V1_GRPC_ACTION), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_LIFECYCLE_HANDLER: Msg = Msg {
     name: "io.k8s.api.core.v1.LifecycleHandler",
     fields: &[
-        Field {
-            tag: 1,
-            json: "exec",
-            ty: Ty::Message(&M_API_CORE_V1_EXEC_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "httpGet",
-            ty: Ty::Message(&M_API_CORE_V1_HTTP_GET_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "tcpSocket",
-            ty: Ty::Message(&M_API_CORE_V1_TCP_SOCKET_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "sleep",
-            ty: Ty::Message(&M_API_CORE_V1_SLEEP_ACTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "exec", ty: Ty::Message(&M_API_CORE_V1_EXEC_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "httpGet", ty: Ty::Message(&M_API_CORE_V1_HTTP_GET_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "tcpSocket", ty: Ty::Message(&M_API_CORE_V1_TCP_SOCKET_ACTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "sleep", ty: Ty::Message(&M_API_CORE_V1_SLEEP_ACTION), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CAPABILITIES: Msg = Msg {
     name: "io.k8s.api.core.v1.Capabilities",
     fields: &[
-        Field {
-            tag: 1,
-            json: "add",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "drop",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "add", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "drop", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSelector",
-    fields: &[Field {
-        tag: 1,
-        json: "nodeSelectorTerms",
-        ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_TERM),
-        card: Card::Repeated,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "nodeSelectorTerms", ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_TERM), card: Card::Repeated, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_PREFERRED_SCHEDULING_TERM: Msg = Msg {
     name: "io.k8s.api.core.v1.PreferredSchedulingTerm",
     fields: &[
-        Field {
-            tag: 1,
-            json: "weight",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "preference",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_TERM),
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "weight", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "preference", ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_TERM), card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_AFFINITY_TERM: Msg = Msg {
     name: "io.k8s.api.core.v1.PodAffinityTerm",
     fields: &[
-        Field {
-            tag: 1,
-            json: "labelSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "namespaces",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "topologyKey",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "namespaceSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "matchLabelKeys",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "mismatchLabelKeys",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "labelSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "namespaces", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "topologyKey", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "namespaceSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "matchLabelKeys", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 6, json: "mismatchLabelKeys", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_WEIGHTED_POD_AFFINITY_TERM: Msg = Msg {
     name: "io.k8s.api.core.v1.WeightedPodAffinityTerm",
     fields: &[
-        Field {
-            tag: 1,
-            json: "weight",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "podAffinityTerm",
-            ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM),
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "weight", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "podAffinityTerm", ty: Ty::Message(&M_API_CORE_V1_POD_AFFINITY_TERM), card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_STATE_WAITING: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerStateWaiting",
     fields: &[
-        Field {
-            tag: 1,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_STATE_RUNNING: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerStateRunning",
-    fields: &[Field {
-        tag: 1,
-        json: "startedAt",
-        ty: Ty::Time,
-        card: Card::Single,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "startedAt", ty: Ty::Time, card: Card::Single, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_CONTAINER_STATE_TERMINATED: Msg = Msg {
     name: "io.k8s.api.core.v1.ContainerStateTerminated",
     fields: &[
-        Field {
-            tag: 1,
-            json: "exitCode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "signal",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "reason",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "message",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "startedAt",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "finishedAt",
-            ty: Ty::Time,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "containerID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "exitCode", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "signal", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "startedAt", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "finishedAt", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "containerID", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_LINUX_CONTAINER_USER: Msg = Msg {
     name: "io.k8s.api.core.v1.LinuxContainerUser",
     fields: &[
-        Field {
-            tag: 1,
-            json: "uid",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "gid",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "supplementalGroups",
-            ty: Ty::Int64,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "uid", ty: Ty::Int64, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "gid", ty: Ty::Int64, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "supplementalGroups", ty: Ty::Int64, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_RESOURCE_HEALTH: Msg = Msg {
     name: "io.k8s.api.core.v1.ResourceHealth",
     fields: &[
-        Field {
-            tag: 1,
-            json: "resourceID",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "health",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "resourceID", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "health", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PORT_STATUS: Msg = Msg {
     name: "io.k8s.api.core.v1.PortStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "error",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "protocol", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "error", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_SERVICE_BACKEND_PORT: Msg = Msg {
     name: "io.k8s.api.networking.v1.ServiceBackendPort",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "number",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "number", ty: Ty::Int32, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_HTTP_INGRESS_RULE_VALUE: Msg = Msg {
     name: "io.k8s.api.networking.v1.HttpIngressRuleValue",
-    fields: &[Field {
-        tag: 1,
-        json: "paths",
-        ty: Ty::Message(&M_API_NETWORKING_V1_HTTP_INGRESS_PATH),
-        card: Card::Repeated,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "paths", ty: Ty::Message(&M_API_NETWORKING_V1_HTTP_INGRESS_PATH), card: Card::Repeated, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_INGRESS_PORT_STATUS: Msg = Msg {
     name: "io.k8s.api.networking.v1.IngressPortStatus",
     fields: &[
-        Field {
-            tag: 1,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "protocol",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "error",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "protocol", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "error", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_IP_BLOCK: Msg = Msg {
     name: "io.k8s.api.networking.v1.IpBlock",
     fields: &[
-        Field {
-            tag: 1,
-            json: "cidr",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "except",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "cidr", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "except", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_KEY_TO_PATH: Msg = Msg {
     name: "io.k8s.api.core.v1.KeyToPath",
     fields: &[
-        Field {
-            tag: 1,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "mode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "mode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_DOWNWARDAPI_VOLUME_FILE: Msg = Msg {
     name: "io.k8s.api.core.v1.DownwardAPIVolumeFile",
     fields: &[
-        Field {
-            tag: 1,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "fieldRef",
-            ty: Ty::Message(&M_API_CORE_V1_OBJECT_FIELD_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "resourceFieldRef",
-            ty: Ty::Message(&M_API_CORE_V1_RESOURCE_FIELD_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "mode",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "fieldRef", ty: Ty::Message(&M_API_CORE_V1_OBJECT_FIELD_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "resourceFieldRef", ty: Ty::Message(&M_API_CORE_V1_RESOURCE_FIELD_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "mode", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "secret",
-            ty: Ty::Message(&M_API_CORE_V1_SECRET_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "downwardAPI",
-            ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "configMap",
-            ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "serviceAccountToken",
-            ty: Ty::Message(&M_API_CORE_V1_SERVICE_ACCOUNT_TOKEN_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "clusterTrustBundle",
-            ty: Ty::Message(&M_API_CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "podCertificate",
-            ty: Ty::Message(&M_API_CORE_V1_POD_CERTIFICATE_PROJECTION),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "secret", ty: Ty::Message(&M_API_CORE_V1_SECRET_PROJECTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "downwardAPI", ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_PROJECTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "configMap", ty: Ty::Message(&M_API_CORE_V1_CONFIG_MAP_PROJECTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "serviceAccountToken", ty: Ty::Message(&M_API_CORE_V1_SERVICE_ACCOUNT_TOKEN_PROJECTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "clusterTrustBundle", ty: Ty::Message(&M_API_CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "podCertificate", ty: Ty::Message(&M_API_CORE_V1_POD_CERTIFICATE_PROJECTION), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_TEMPLATE: Msg = Msg {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimTemplate",
     fields: &[
-        Field {
-            tag: 1,
-            json: "metadata",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "spec",
-            ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC),
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC), card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_OBJECT_FIELD_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.ObjectFieldSelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "apiVersion",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "fieldPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "apiVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "fieldPath", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_RESOURCE_FIELD_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.ResourceFieldSelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "containerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "resource",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "divisor",
-            ty: Ty::Quantity,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "containerName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "resource", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "divisor", ty: Ty::Quantity, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_KEY_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapKeySelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECRET_KEY_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.SecretKeySelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_FILE_KEY_SELECTOR: Msg = Msg {
     name: "io.k8s.api.core.v1.FileKeySelector",
     fields: &[
-        Field {
-            tag: 1,
-            json: "volumeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "volumeName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_EXEC_ACTION: Msg = Msg {
     name: "io.k8s.api.core.v1.ExecAction",
-    fields: &[Field {
-        tag: 1,
-        json: "command",
-        ty: Ty::String,
-        card: Card::Repeated,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "command", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_HTTP_GET_ACTION: Msg = Msg {
     name: "io.k8s.api.core.v1.HttpGetAction",
     fields: &[
-        Field {
-            tag: 1,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "port",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "host",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "scheme",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "httpHeaders",
-            ty: Ty::Message(&M_API_CORE_V1_HTTP_HEADER),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "path", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "port", ty: Ty::IntOrString, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "host", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "scheme", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "httpHeaders", ty: Ty::Message(&M_API_CORE_V1_HTTP_HEADER), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_TCP_SOCKET_ACTION: Msg = Msg {
     name: "io.k8s.api.core.v1.TcpSocketAction",
     fields: &[
-        Field {
-            tag: 1,
-            json: "port",
-            ty: Ty::IntOrString,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "host",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "port", ty: Ty::IntOrString, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "host", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_GRPC_ACTION: Msg = Msg {
     name: "io.k8s.api.core.v1.GrpcAction",
     fields: &[
-        Field {
-            tag: 1,
-            json: "port",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "service",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR,
-        },
+        Field { tag: 1, json: "port", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "service", ty: Ty::String, card: Card::Single, flags: PTR },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SLEEP_ACTION: Msg = Msg {
     name: "io.k8s.api.core.v1.SleepAction",
-    fields: &[Field {
-        tag: 1,
-        json: "seconds",
-        ty: Ty::Int64,
-        card: Card::Single,
-        flags: 0,
-    }],
+    fields: &[
+        Field { tag: 1, json: "seconds", ty: Ty::Int64, card: Card::Single, flags: 0 },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SELECTOR_TERM: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSelectorTerm",
     fields: &[
-        Field {
-            tag: 1,
-            json: "matchExpressions",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "matchFields",
-            ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "matchExpressions", ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "matchFields", ty: Ty::Message(&M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT), card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_NETWORKING_V1_HTTP_INGRESS_PATH: Msg = Msg {
     name: "io.k8s.api.networking.v1.HttpIngressPath",
     fields: &[
-        Field {
-            tag: 1,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "pathType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 2,
-            json: "backend",
-            ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_BACKEND),
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "path", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "pathType", ty: Ty::String, card: Card::Single, flags: PTR },
+        Field { tag: 2, json: "backend", ty: Ty::Message(&M_API_NETWORKING_V1_INGRESS_BACKEND), card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SECRET_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.SecretProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "items",
-            ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "items", ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH), card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_DOWNWARDAPI_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.DownwardAPIProjection",
-    fields: &[Field {
-        tag: 1,
-        json: "items",
-        ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_FILE),
-        card: Card::Repeated,
-        flags: OMIT,
-    }],
+    fields: &[
+        Field { tag: 1, json: "items", ty: Ty::Message(&M_API_CORE_V1_DOWNWARDAPI_VOLUME_FILE), card: Card::Repeated, flags: OMIT },
+    ],
 };
 
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "",
-            ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: INLINE,
-        },
-        Field {
-            tag: 2,
-            json: "items",
-            ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH),
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "", ty: Ty::Message(&M_API_CORE_V1_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: INLINE },
+        Field { tag: 2, json: "items", ty: Ty::Message(&M_API_CORE_V1_KEY_TO_PATH), card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_SERVICE_ACCOUNT_TOKEN_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.ServiceAccountTokenProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "audience",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "expirationSeconds",
-            ty: Ty::Int64,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "audience", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "expirationSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_CLUSTER_TRUST_BUNDLE_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.ClusterTrustBundleProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "signerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "labelSelector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "optional",
-            ty: Ty::Bool,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "path",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "signerName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "labelSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "optional", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "path", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_POD_CERTIFICATE_PROJECTION: Msg = Msg {
     name: "io.k8s.api.core.v1.PodCertificateProjection",
     fields: &[
-        Field {
-            tag: 1,
-            json: "signerName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "keyType",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "maxExpirationSeconds",
-            ty: Ty::Int32,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "credentialBundlePath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "keyPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "certificateChainPath",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "userAnnotations",
-            ty: Ty::String,
-            card: Card::Map,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "signerName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "keyType", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "maxExpirationSeconds", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "credentialBundlePath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "keyPath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "certificateChainPath", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "userAnnotations", ty: Ty::String, card: Card::Map, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Msg = Msg {
     name: "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
     fields: &[
-        Field {
-            tag: 1,
-            json: "accessModes",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
-        Field {
-            tag: 4,
-            json: "selector",
-            ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "resources",
-            ty: Ty::Message(&M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS),
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 3,
-            json: "volumeName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: OMIT,
-        },
-        Field {
-            tag: 5,
-            json: "storageClassName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 6,
-            json: "volumeMode",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 7,
-            json: "dataSource",
-            ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 8,
-            json: "dataSourceRef",
-            ty: Ty::Message(&M_API_CORE_V1_TYPED_OBJECT_REFERENCE),
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
-        Field {
-            tag: 9,
-            json: "volumeAttributesClassName",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "accessModes", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "resources", ty: Ty::Message(&M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "volumeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "storageClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "volumeMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "dataSource", ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "dataSourceRef", ty: Ty::Message(&M_API_CORE_V1_TYPED_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "volumeAttributesClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_HTTP_HEADER: Msg = Msg {
     name: "io.k8s.api.core.v1.HttpHeader",
     fields: &[
-        Field {
-            tag: 1,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "value",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
+        Field { tag: 1, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "value", ty: Ty::String, card: Card::Single, flags: 0 },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT: Msg = Msg {
     name: "io.k8s.api.core.v1.NodeSelectorRequirement",
     fields: &[
-        Field {
-            tag: 1,
-            json: "key",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 2,
-            json: "operator",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "values",
-            ty: Ty::String,
-            card: Card::Repeated,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "values", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS: Msg = Msg {
     name: "io.k8s.api.core.v1.VolumeResourceRequirements",
     fields: &[
-        Field {
-            tag: 1,
-            json: "limits",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
-        Field {
-            tag: 2,
-            json: "requests",
-            ty: Ty::Quantity,
-            card: Card::Map,
-            flags: OMIT,
-        },
+        Field { tag: 1, json: "limits", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 2, json: "requests", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
     ],
 };
 
 pub(crate) static M_API_CORE_V1_TYPED_OBJECT_REFERENCE: Msg = Msg {
     name: "io.k8s.api.core.v1.TypedObjectReference",
     fields: &[
-        Field {
-            tag: 1,
-            json: "apiGroup",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR,
-        },
-        Field {
-            tag: 2,
-            json: "kind",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 3,
-            json: "name",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: 0,
-        },
-        Field {
-            tag: 4,
-            json: "namespace",
-            ty: Ty::String,
-            card: Card::Single,
-            flags: PTR | OMIT,
-        },
+        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: PTR },
+        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "namespace", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };

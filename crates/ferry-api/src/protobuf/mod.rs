@@ -13,11 +13,13 @@
 //! quantities are passed through as written, not re-canonicalised.
 
 mod codec;
+#[rustfmt::skip]
 mod descriptors;
 mod schema;
 mod wire;
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests;
 
 use serde_json::{Map, Value};
@@ -56,7 +58,10 @@ pub enum ProtobufError {
 impl ProtobufError {
     /// Whether the request should be answered 415 Unsupported Media Type (rather than 400).
     pub fn is_unsupported(&self) -> bool {
-        matches!(self, ProtobufError::UnknownKind { .. } | ProtobufError::UnsupportedEnvelope(_))
+        matches!(
+            self,
+            ProtobufError::UnknownKind { .. } | ProtobufError::UnsupportedEnvelope(_)
+        )
     }
 }
 
@@ -67,7 +72,10 @@ fn lookup(api_version: &str, kind: &str) -> Result<&'static Msg, ProtobufError> 
         .iter()
         .find(|(av, k, _)| *k == kind && (*av == api_version || kind == "DeleteOptions"))
         .map(|(_, _, msg)| *msg)
-        .ok_or_else(|| ProtobufError::UnknownKind { api_version: api_version.to_string(), kind: kind.to_string() })
+        .ok_or_else(|| ProtobufError::UnknownKind {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        })
 }
 
 /// Whether `(api_version, kind)` can be decoded and encoded by this module.
@@ -79,7 +87,9 @@ pub fn supports(api_version: &str, kind: &str) -> bool {
 /// same object would be (field names, int-or-string, quantities, RFC 3339 `Z` timestamps, base64
 /// bytes, sorted maps, omitted unset fields), with "apiVersion" and "kind" from the envelope.
 pub fn decode_body(body: &[u8]) -> Result<Value, ProtobufError> {
-    let envelope = body.strip_prefix(MAGIC).ok_or(ProtobufError::MissingMagic)?;
+    let envelope = body
+        .strip_prefix(MAGIC)
+        .ok_or(ProtobufError::MissingMagic)?;
     let unknown = Envelope::decode(envelope)?;
     if !unknown.content_encoding.is_empty() {
         return Err(ProtobufError::UnsupportedEnvelope(format!(
@@ -92,14 +102,16 @@ pub fn decode_body(body: &[u8]) -> Result<Value, ProtobufError> {
         "application/json" => {
             let mut value: Value = serde_json::from_slice(unknown.raw)
                 .map_err(|e| ProtobufError::Malformed(format!("raw JSON in envelope: {e}")))?;
-            let obj = value
-                .as_object_mut()
-                .ok_or_else(|| ProtobufError::Malformed("raw JSON in envelope is not an object".into()))?;
+            let obj = value.as_object_mut().ok_or_else(|| {
+                ProtobufError::Malformed("raw JSON in envelope is not an object".into())
+            })?;
             obj.insert("apiVersion".into(), Value::String(unknown.api_version));
             obj.insert("kind".into(), Value::String(unknown.kind));
             Ok(value)
         }
-        other => Err(ProtobufError::UnsupportedEnvelope(format!("content type {other:?}"))),
+        other => Err(ProtobufError::UnsupportedEnvelope(format!(
+            "content type {other:?}"
+        ))),
     }
 }
 
@@ -116,7 +128,9 @@ pub fn decode_object(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value,
 
 /// Encodes a JSON object (with "apiVersion" and "kind") as a `k8s\0` protobuf body.
 pub fn encode_body(value: &Value) -> Result<Vec<u8>, ProtobufError> {
-    let obj = value.as_object().ok_or_else(|| ProtobufError::InvalidJson("expected a JSON object".into()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ProtobufError::InvalidJson("expected a JSON object".into()))?;
     let field = |name: &str| {
         obj.get(name)
             .and_then(Value::as_str)
@@ -137,9 +151,15 @@ pub fn encode_body(value: &Value) -> Result<Vec<u8>, ProtobufError> {
 }
 
 /// Encodes a JSON object as the bare protobuf message of `(api_version, kind)`.
-pub fn encode_object(api_version: &str, kind: &str, value: &Value) -> Result<Vec<u8>, ProtobufError> {
+pub fn encode_object(
+    api_version: &str,
+    kind: &str,
+    value: &Value,
+) -> Result<Vec<u8>, ProtobufError> {
     let msg = lookup(api_version, kind)?;
-    let obj = value.as_object().ok_or_else(|| ProtobufError::InvalidJson("expected a JSON object".into()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ProtobufError::InvalidJson("expected a JSON object".into()))?;
     let mut raw = Vec::new();
     codec::encode_message(msg, obj, 0, &mut raw)?;
     Ok(raw)
@@ -158,7 +178,9 @@ impl<'a> Envelope<'a> {
     fn decode(bytes: &'a [u8]) -> Result<Self, ProtobufError> {
         let text = |v: WireVal<'_>, what: &str| match v {
             WireVal::Bytes(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-            _ => Err(ProtobufError::Malformed(format!("runtime.Unknown {what} is not a string"))),
+            _ => Err(ProtobufError::Malformed(format!(
+                "runtime.Unknown {what} is not a string"
+            ))),
         };
         let mut env = Envelope {
             api_version: String::new(),
@@ -172,7 +194,9 @@ impl<'a> Envelope<'a> {
             match tag {
                 1 => {
                     let WireVal::Bytes(meta) = value else {
-                        return Err(ProtobufError::Malformed("runtime.Unknown typeMeta is not a message".into()));
+                        return Err(ProtobufError::Malformed(
+                            "runtime.Unknown typeMeta is not a message".into(),
+                        ));
                     };
                     let mut meta = Reader::new(meta);
                     while let Some((tag, value)) = meta.next_field()? {
@@ -185,7 +209,11 @@ impl<'a> Envelope<'a> {
                 }
                 2 => match value {
                     WireVal::Bytes(raw) => env.raw = raw,
-                    _ => return Err(ProtobufError::Malformed("runtime.Unknown raw is not bytes".into())),
+                    _ => {
+                        return Err(ProtobufError::Malformed(
+                            "runtime.Unknown raw is not bytes".into(),
+                        ));
+                    }
                 },
                 3 => env.content_encoding = text(value, "contentEncoding")?,
                 4 => env.content_type = text(value, "contentType")?,
@@ -193,7 +221,9 @@ impl<'a> Envelope<'a> {
             }
         }
         if env.kind.is_empty() {
-            return Err(ProtobufError::Malformed("runtime.Unknown has no kind".into()));
+            return Err(ProtobufError::Malformed(
+                "runtime.Unknown has no kind".into(),
+            ));
         }
         Ok(env)
     }

@@ -76,7 +76,13 @@ impl Ty {
     pub(crate) fn is_message_like(self) -> bool {
         matches!(
             self,
-            Ty::IntOrString | Ty::Quantity | Ty::Time | Ty::MicroTime | Ty::Duration | Ty::RawJson | Ty::Message(_)
+            Ty::IntOrString
+                | Ty::Quantity
+                | Ty::Time
+                | Ty::MicroTime
+                | Ty::Duration
+                | Ty::RawJson
+                | Ty::Message(_)
         )
     }
 }

@@ -50,12 +50,17 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        Err(ProtobufError::Malformed("varint longer than 10 bytes".into()))
+        Err(ProtobufError::Malformed(
+            "varint longer than 10 bytes".into(),
+        ))
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], ProtobufError> {
         let end = self.pos.checked_add(n).ok_or(ProtobufError::Truncated)?;
-        let slice = self.buf.get(self.pos..end).ok_or(ProtobufError::Truncated)?;
+        let slice = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(ProtobufError::Truncated)?;
         self.pos = end;
         Ok(slice)
     }
@@ -68,9 +73,12 @@ impl<'a> Reader<'a> {
         let key = self.varint()?;
         let tag = key >> 3;
         if tag == 0 || tag > (1 << 29) - 1 {
-            return Err(ProtobufError::Malformed(format!("invalid field number {tag}")));
+            return Err(ProtobufError::Malformed(format!(
+                "invalid field number {tag}"
+            )));
         }
-        let tag = u32::try_from(tag).map_err(|_| ProtobufError::Malformed("field number".into()))?;
+        let tag =
+            u32::try_from(tag).map_err(|_| ProtobufError::Malformed("field number".into()))?;
         let value = match key & 7 {
             0 => WireVal::Varint(self.varint()?),
             1 => {
@@ -129,12 +137,22 @@ pub(crate) fn put_fixed64_field(out: &mut Vec<u8>, tag: u32, v: u64) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
     #[test]
     fn varints_round_trip() {
-        for v in [0u64, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX, (-1i64) as u64] {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            u64::from(u32::MAX),
+            u64::MAX,
+            (-1i64) as u64,
+        ] {
             let mut buf = Vec::new();
             put_varint(&mut buf, v);
             let mut r = Reader::new(&buf);
