@@ -22,7 +22,7 @@ mod compactor;
 pub mod conformance;
 pub mod redb_store;
 
-pub use compactor::{CompactorHandle, spawn_compactor};
+pub use compactor::{CompactorHandle, compaction_target, spawn_compactor};
 pub use redb_store::{RedbOptions, RedbStore};
 
 use bytes::Bytes;

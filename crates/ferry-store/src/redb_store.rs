@@ -102,6 +102,8 @@ pub struct RedbStore {
     writes: mpsc::Sender<Request>,
     events: broadcast::Sender<Batch>,
     path: PathBuf,
+    /// Fires when the writer thread has stopped and released its database handle.
+    stopped: oneshot::Receiver<()>,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -204,6 +206,7 @@ impl RedbStore {
         });
         let (writes, rx) = mpsc::channel(options.queue.max(1));
         let (events, _) = broadcast::channel(options.watch_buffer.max(1));
+        let (stopped_tx, stopped) = oneshot::channel();
         let writer = Writer {
             shared: shared.clone(),
             events: events.clone(),
@@ -213,7 +216,10 @@ impl RedbStore {
         };
         std::thread::Builder::new()
             .name("ferry-store-writer".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || {
+                writer.run(rx);
+                let _ = stopped_tx.send(());
+            })
             .map_err(|e| StoreError::Internal(format!("spawning the writer thread: {e}")))?;
         tracing::debug!(file = %file.display(), revision, compacted, "opened redb store");
         Ok(RedbStore {
@@ -221,7 +227,16 @@ impl RedbStore {
             writes,
             events,
             path: file,
+            stopped,
         })
+    }
+
+    /// Finishes the queued writes and closes the database. The file can be opened again once
+    /// this returns and every watch stream of this store has been dropped.
+    pub async fn close(self) {
+        let RedbStore { shared, writes, events, stopped, .. } = self;
+        drop((shared, writes, events));
+        let _ = stopped.await;
     }
 
     /// The database file in use.
@@ -267,6 +282,8 @@ struct Applied {
 }
 
 impl Writer {
+    /// Runs until every sender is gone; consumes the writer so that its database handle is
+    /// released when this returns.
     fn run(mut self, mut rx: mpsc::Receiver<Request>) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while let Some(first) = rx.blocking_recv() {
