@@ -82,7 +82,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
     let store: Arc<dyn ferry_store::Store> = Arc::new(store);
     let shutdown = CancellationToken::new();
-    ferry_store::compactor::spawn_compactor(store.clone(), std::time::Duration::from_secs(60), a.history_revisions);
+    ferry_store::spawn_compactor(store.clone(), std::time::Duration::from_secs(60), a.history_revisions);
     let config = ferry_apiserver::Config {
         data_dir: a.data_dir.clone(),
         listen: a.listen_api,

@@ -1,0 +1,1164 @@
+//! The REST handlers: get, list, create, update, patch, delete, deletecollection, watch, and the
+//! `/status` and `/scale` subresources, for every kind in the registry.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_api::kinds::{KindInfo, StatusOnCreate, Strategy};
+use ferry_store::{Store, StoreError};
+use serde_json::{Value, json};
+
+use crate::cache::{Cache, CachedObject, ResourceCache, set_resource_version};
+use crate::objects::{self, meta_mut};
+use crate::request::{Query, ResourcePath, Want};
+use crate::status::{ApiError, success_status};
+use crate::table;
+
+/// One served resource: its strategy and where it lives in the store.
+pub struct Resource {
+    pub strategy: &'static dyn Strategy,
+    /// `/registry/services/` or `/registry/apps/deployments/`.
+    pub prefix: String,
+}
+
+impl Resource {
+    pub fn info(&self) -> &'static KindInfo {
+        self.strategy.info()
+    }
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match namespace {
+            Some(ns) if self.info().namespaced => format!("{}{}/{}", self.prefix, ns, name),
+            _ => format!("{}{}", self.prefix, name),
+        }
+    }
+    /// The key prefix of a list: the whole resource, or one namespace.
+    pub fn list_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if self.info().namespaced => format!("{}{}/", self.prefix, ns),
+            _ => self.prefix.clone(),
+        }
+    }
+}
+
+pub fn store_prefix(info: &KindInfo) -> String {
+    if info.group.is_empty() {
+        format!("/registry/{}/", info.plural)
+    } else {
+        format!("/registry/{}/{}/", info.group, info.plural)
+    }
+}
+
+/// A successful answer.
+pub enum Reply {
+    /// A JSON body with a status code and optional warnings.
+    Json { code: u16, body: Bytes, content_type: &'static str, warnings: Vec<String> },
+    /// A watch stream.
+    Stream { content_type: &'static str, rx: tokio::sync::mpsc::Receiver<Bytes> },
+}
+
+impl Reply {
+    pub fn json(code: u16, v: &Value) -> Reply {
+        Reply::Json {
+            code,
+            body: Bytes::from(serde_json::to_vec(v).unwrap_or_default()),
+            content_type: "application/json",
+            warnings: Vec::new(),
+        }
+    }
+    pub fn with_warnings(mut self, w: Vec<String>) -> Reply {
+        if let Reply::Json { warnings, .. } = &mut self {
+            *warnings = w;
+        }
+        self
+    }
+}
+
+pub type ApiResult = Result<Reply, ApiError>;
+
+/// The shared state of the REST layer.
+pub struct Api {
+    pub store: Arc<dyn Store>,
+    pub cache: Arc<Cache>,
+    resources: HashMap<(String, String, String), Arc<Resource>>,
+}
+
+/// How a write treats unknown fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldValidation {
+    Strict,
+    Warn,
+    Ignore,
+}
+
+fn field_validation(q: &Query) -> Result<FieldValidation, ApiError> {
+    match q.get("fieldValidation") {
+        None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+        Some("Strict") => Ok(FieldValidation::Strict),
+        Some("Ignore") => Ok(FieldValidation::Ignore),
+        Some(v) => Err(ApiError::bad_request(format!(
+            "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {v:?}"
+        ))),
+    }
+}
+
+const CONSISTENT_READ_WAIT: Duration = Duration::from_secs(5);
+
+impl Api {
+    pub fn new(store: Arc<dyn Store>, cache: Arc<Cache>) -> Api {
+        let mut resources = HashMap::new();
+        for s in ferry_api::kinds::all() {
+            let info = s.info();
+            resources.insert(
+                (info.group.to_string(), info.version.to_string(), info.plural.to_string()),
+                Arc::new(Resource { strategy: s.as_ref(), prefix: store_prefix(info) }),
+            );
+        }
+        Api { store, cache, resources }
+    }
+
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
+        self.resources.get(&(group.to_string(), version.to_string(), plural.to_string()))
+    }
+
+    pub fn resource_for_kind(&self, api_version: &str, kind: &str) -> Option<&Arc<Resource>> {
+        self.resources.values().find(|r| r.info().api_version() == api_version && r.info().kind == kind)
+    }
+
+    pub fn all_prefixes() -> Vec<String> {
+        ferry_api::kinds::all().iter().map(|s| store_prefix(s.info())).collect()
+    }
+
+    fn rc(&self, res: &Resource) -> Result<&Arc<ResourceCache>, ApiError> {
+        self.cache.resource(&res.prefix).ok_or_else(|| ApiError::internal("resource cache missing"))
+    }
+
+    /// Waits until the cache reflects every write acknowledged so far (a consistent read).
+    async fn consistent(&self) -> Result<(), ApiError> {
+        let rev = self.store.current_revision().await?;
+        if self.cache.wait_for(rev, CONSISTENT_READ_WAIT).await {
+            Ok(())
+        } else {
+            Err(ApiError::new(504, "Timeout", "Timeout: too large resource version or the watch cache is behind"))
+        }
+    }
+
+    // ----- reads -----
+
+    pub async fn get(&self, res: &Resource, p: &ResourcePath, q: &Query, want: Want) -> ApiResult {
+        let name = p.name.as_deref().unwrap_or("");
+        if !matches!(q.get("resourceVersion"), Some("0")) {
+            self.consistent().await?;
+        }
+        let key = res.key(p.namespace.as_deref(), name);
+        let obj = self.rc(res)?.get(&key).ok_or_else(|| ApiError::not_found(res.info(), name))?;
+        match p.subresource.as_deref() {
+            None | Some("status") => {}
+            Some("scale") if res.info().scale_subresource => return Ok(Reply::json(200, &to_scale(res.info(), &obj.value))),
+            Some(_) => return Err(ApiError::not_found_path()),
+        }
+        match want {
+            Want::Table { v1beta1 } => {
+                let t = table::build(res.strategy, &[obj], q, &self.cache.revision().to_string(), v1beta1);
+                Ok(table_reply(&t))
+            }
+            Want::Json => Ok(Reply::Json {
+                code: 200,
+                body: obj.bytes.clone(),
+                content_type: "application/json",
+                warnings: Vec::new(),
+            }),
+        }
+    }
+
+    pub fn selectors(&self, q: &Query) -> Result<Filter, ApiError> {
+        Filter::parse(q)
+    }
+
+    pub async fn list(&self, res: &Resource, p: &ResourcePath, q: &Query, want: Want) -> ApiResult {
+        let filter = Filter::parse(q)?;
+        let rv = q.get("resourceVersion").unwrap_or("");
+        if rv != "0" {
+            self.consistent().await?;
+        }
+        let rc = self.rc(res)?;
+        let revision = self.cache.revision();
+        let mut items = filter.apply(res, rc.list(&res.list_prefix(p.namespace.as_deref())))?;
+        // Paging: `limit` + `continue` (the continue token is the last key returned).
+        let mut cont = None;
+        let mut remaining = None;
+        if let Some(token) = q.get("continue").filter(|s| !s.is_empty()) {
+            let after = decode_continue(token)?;
+            items.retain(|o| object_key(res, &o.value) > after);
+        }
+        if let Some(limit) = q.int("limit")?.filter(|l| *l > 0) {
+            let limit = limit as usize;
+            if items.len() > limit {
+                remaining = Some(items.len() - limit);
+                items.truncate(limit);
+                if let Some(last) = items.last() {
+                    cont = Some(encode_continue(&object_key(res, &last.value)));
+                }
+            }
+        }
+        let rv_s = revision.to_string();
+        match want {
+            Want::Table { v1beta1 } => {
+                let mut t = table::build(res.strategy, &items, q, &rv_s, v1beta1);
+                if let Some(c) = &cont {
+                    t["metadata"]["continue"] = json!(c);
+                    t["metadata"]["remainingItemCount"] = json!(remaining);
+                }
+                Ok(table_reply(&t))
+            }
+            Want::Json => {
+                let info = res.info();
+                let mut meta = json!({"resourceVersion": rv_s});
+                if let Some(c) = &cont {
+                    meta["continue"] = json!(c);
+                    meta["remainingItemCount"] = json!(remaining);
+                }
+                let mut body = Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
+                body.extend_from_slice(
+                    format!(
+                        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+                        info.list_kind(),
+                        info.api_version(),
+                        meta
+                    )
+                    .as_bytes(),
+                );
+                for (i, o) in items.iter().enumerate() {
+                    if i > 0 {
+                        body.push(b',');
+                    }
+                    body.extend_from_slice(&o.bytes);
+                }
+                body.extend_from_slice(b"]}");
+                Ok(Reply::Json { code: 200, body: Bytes::from(body), content_type: "application/json", warnings: Vec::new() })
+            }
+        }
+    }
+
+    // ----- writes -----
+
+    /// Decodes a body into the kind's normalised JSON; applies `fieldValidation`.
+    fn decode_body(&self, res: &Resource, body: Value, q: &Query, warnings: &mut Vec<String>) -> Result<Value, ApiError> {
+        let info = res.info();
+        if let Some(kind) = body.get("kind").and_then(Value::as_str)
+            && !kind.is_empty()
+            && kind != info.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: the kind of the object ({}) does not match the kind of the resource ({})",
+                info.kind, info.version, info.kind, kind, info.kind
+            )));
+        }
+        if let Some(av) = body.get("apiVersion").and_then(Value::as_str)
+            && !av.is_empty()
+            && av != info.api_version()
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({})",
+                info.api_version()
+            )));
+        }
+        let decoded = res.strategy.decode(&body).map_err(|e| {
+            ApiError::bad_request(format!("{} in version \"{}\" cannot be handled as a {}: {}", info.kind, info.version, info.kind, e))
+        })?;
+        if !decoded.unknown.is_empty() {
+            match field_validation(q)? {
+                FieldValidation::Strict => {
+                    let list =
+                        decoded.unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ");
+                    return Err(ApiError::bad_request(format!(
+                        "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+                        info.kind, info.version, info.kind, list
+                    )));
+                }
+                FieldValidation::Warn => {
+                    warnings.extend(decoded.unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+                }
+                FieldValidation::Ignore => {}
+            }
+        } else {
+            field_validation(q)?;
+        }
+        Ok(decoded.object)
+    }
+
+    async fn check_namespace(&self, res: &Resource, ns: Option<&str>) -> Result<(), ApiError> {
+        if !res.info().namespaced {
+            return Ok(());
+        }
+        let ns = ns.unwrap_or("");
+        let key = format!("/registry/namespaces/{ns}");
+        match self.store.get(&key).await? {
+            None => Err(ApiError::namespace_not_found(ns)),
+            Some(kv) => {
+                let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+                if objects::is_deleting(&v) {
+                    Err(ApiError::forbidden(format!(
+                        "{} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                        res.info().plural,
+                        "",
+                        ns
+                    ))
+                    .with_details(json!({"name": "", "kind": res.info().plural, "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {ns} is being terminated"), "field": "metadata.namespace"}]})))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    pub async fn create(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+        let info = res.info();
+        let mut warnings = Vec::new();
+        let mut obj = self.decode_body(res, body, q, &mut warnings)?;
+        let dry_run = q.dry_run()?;
+        // Namespace from the URL.
+        let url_ns = p.namespace.clone();
+        {
+            let m = meta_mut(&mut obj);
+            if info.namespaced {
+                let body_ns = m.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+                let ns = url_ns.clone().unwrap_or_default();
+                if !body_ns.is_empty() && body_ns != ns {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+            if m.get("resourceVersion").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+                return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+            }
+            let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            if name.is_empty()
+                && let Some(g) = m.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty())
+            {
+                let g = g.to_string();
+                m.insert("name".into(), json!(format!("{}{}", g, objects::random_suffix())));
+            }
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("resourceVersion");
+            m.remove("selfLink");
+            if info.generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        if info.status_subresource
+            && info.status_on_create == StatusOnCreate::Reset
+            && let Value::Object(m) = &mut obj
+        {
+            m.remove("status");
+        }
+        res.strategy.prepare_create(&mut obj);
+        res.strategy.default(&mut obj);
+        let name = objects::name(&obj).to_string();
+        let mut errs = res.strategy.validate(&obj, None);
+        if name.is_empty() && errs.is_empty() {
+            errs.push(ferry_api::errors::FieldError::required("metadata.name", "name or generateName is required"));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(info, &name, &errs));
+        }
+        self.check_namespace(res, url_ns.as_deref()).await?;
+        let manager = q.get("fieldManager").unwrap_or("");
+        crate::managed::record(&mut obj, None, manager, "Update", None, info);
+        let key = res.key(url_ns.as_deref(), &name);
+        if dry_run {
+            if self.store.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(info, &name));
+            }
+            return Ok(Reply::json(201, &obj).with_warnings(warnings));
+        }
+        let bytes = Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
+        match self.store.create(&key, bytes).await {
+            Ok(kv) => {
+                set_resource_version(&mut obj, kv.mod_revision);
+                Ok(Reply::json(201, &obj).with_warnings(warnings))
+            }
+            Err(StoreError::AlreadyExists) => Err(ApiError::already_exists(info, &name)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// PUT of the main resource or of `/status`.
+    pub async fn update(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+        let mut warnings = Vec::new();
+        let new = self.decode_body(res, body, q, &mut warnings)?;
+        let name = p.name.clone().unwrap_or_default();
+        check_name_matches(&new, &name, p.namespace.as_deref(), res.info())?;
+        let precondition = objects::meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
+        let sub = p.subresource.clone();
+        let reply = self
+            .guaranteed_update(res, p, q, precondition, allow_create_on_update(res.info()), move |_old| Ok(new.clone()), sub.as_deref())
+            .await?;
+        Ok(reply.with_warnings(warnings))
+    }
+
+    /// The read-modify-write loop shared by PUT and PATCH. `mutate` gets the current object
+    /// (None if absent) and returns the desired one.
+    pub async fn guaranteed_update(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        precondition_rv: Option<String>,
+        create_if_missing: bool,
+        mutate: impl Fn(Option<&Value>) -> Result<Value, ApiError>,
+        subresource: Option<&str>,
+    ) -> ApiResult {
+        let info = res.info();
+        let name = p.name.clone().unwrap_or_default();
+        let key = res.key(p.namespace.as_deref(), &name);
+        let dry_run = q.dry_run()?;
+        let manager = q.get("fieldManager").unwrap_or("").to_string();
+        for _attempt in 0..16 {
+            let current = self.store.get(&key).await?;
+            let Some(kv) = current else {
+                if create_if_missing && subresource.is_none() {
+                    let desired = mutate(None)?;
+                    return self.create(res, p, q, desired).await;
+                }
+                return Err(ApiError::not_found(info, &name));
+            };
+            let mut old: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            set_resource_version(&mut old, kv.mod_revision);
+            if let Some(rv) = &precondition_rv
+                && rv != &kv.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict(info, &name));
+            }
+            let mut new = mutate(Some(&old))?;
+            if let Some(rv) = objects::meta_str(&new, "resourceVersion")
+                && !rv.is_empty()
+                && rv != kv.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict(info, &name));
+            }
+            let errs;
+            match subresource {
+                Some("status") => {
+                    // Only status changes; everything else comes from the stored object.
+                    let status = new.get("status").cloned();
+                    let mut merged = old.clone();
+                    if let Value::Object(m) = &mut merged {
+                        match status {
+                            Some(s) => {
+                                m.insert("status".into(), s);
+                            }
+                            None => {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                    new = merged;
+                    errs = res.strategy.validate_status(&new, &old);
+                }
+                Some(_) => return Err(ApiError::not_found_path()),
+                None => {
+                    prepare_update_meta(&mut new, &old, info)?;
+                    if info.status_subresource
+                        && let Value::Object(m) = &mut new
+                    {
+                        match old.get("status") {
+                            Some(s) => {
+                                m.insert("status".into(), s.clone());
+                            }
+                            None => {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                    res.strategy.prepare_update(&mut new, &old);
+                    res.strategy.default(&mut new);
+                    if info.generation && objects::spec_part(&new) != objects::spec_part(&old) {
+                        let g = objects::meta(&old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+                        meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+                    }
+                    errs = res.strategy.validate(&new, Some(&old));
+                }
+            }
+            if !errs.is_empty() {
+                return Err(ApiError::invalid(info, &name, &errs));
+            }
+            crate::managed::record(&mut new, Some(&old), &manager, "Update", subresource, info);
+            // A no-op write changes nothing and keeps the resourceVersion.
+            if objects::without_volatile(&new) == objects::without_volatile(&old)
+                || (objects::without_volatile(&strip_managed_time(&new)) == objects::without_volatile(&strip_managed_time(&old)))
+            {
+                return Ok(Reply::json(200, &old));
+            }
+            // Removing the last finalizer of an object being deleted deletes it.
+            if objects::is_deleting(&new) && objects::finalizers(&new).is_empty() && spec_finalizers(info, &new).is_empty() {
+                if dry_run {
+                    return Ok(Reply::json(200, &new));
+                }
+                match self.store.delete(&key, Some(kv.mod_revision)).await {
+                    Ok((_, rev)) => {
+                        set_resource_version(&mut new, rev);
+                        return Ok(Reply::json(200, &new));
+                    }
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            if dry_run {
+                set_resource_version(&mut new, kv.mod_revision);
+                return Ok(Reply::json(200, &new));
+            }
+            let bytes = Bytes::from(serde_json::to_vec(&new).map_err(|e| ApiError::internal(e.to_string()))?);
+            match self.store.update(&key, bytes, kv.mod_revision).await {
+                Ok(nkv) => {
+                    set_resource_version(&mut new, nkv.mod_revision);
+                    return Ok(Reply::json(200, &new));
+                }
+                Err(StoreError::Conflict { .. }) => {
+                    if precondition_rv.is_some() {
+                        return Err(ApiError::conflict(info, &name));
+                    }
+                    continue;
+                }
+                Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(info, &name))
+    }
+
+    // ----- delete -----
+
+    pub async fn delete(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Option<Value>) -> ApiResult {
+        let info = res.info();
+        let name = p.name.clone().unwrap_or_default();
+        let opts = DeleteOptions::parse(q, body.as_ref())?;
+        let key = res.key(p.namespace.as_deref(), &name);
+        for _attempt in 0..16 {
+            let Some(kv) = self.store.get(&key).await? else {
+                return Err(ApiError::not_found(info, &name));
+            };
+            let mut obj: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            set_resource_version(&mut obj, kv.mod_revision);
+            if let Some(uid) = &opts.precondition_uid
+                && uid != objects::uid(&obj)
+            {
+                return Err(ApiError::conflict_msg(
+                    info,
+                    &name,
+                    &format!("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid, objects::uid(&obj)),
+                ));
+            }
+            if let Some(rv) = &opts.precondition_rv
+                && rv != &kv.mod_revision.to_string()
+            {
+                return Err(ApiError::conflict_msg(
+                    info,
+                    &name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in object meta: {}",
+                        rv, kv.mod_revision
+                    ),
+                ));
+            }
+            let mut finalizers = objects::finalizers(&obj);
+            let before = finalizers.clone();
+            match opts.propagation.as_deref() {
+                Some("Foreground") => {
+                    finalizers.retain(|f| f != "orphan");
+                    if !finalizers.iter().any(|f| f == "foregroundDeletion") {
+                        finalizers.push("foregroundDeletion".into());
+                    }
+                }
+                Some("Orphan") => {
+                    finalizers.retain(|f| f != "foregroundDeletion");
+                    if !finalizers.iter().any(|f| f == "orphan") {
+                        finalizers.push("orphan".into());
+                    }
+                }
+                Some("Background") => {
+                    finalizers.retain(|f| f != "foregroundDeletion" && f != "orphan");
+                }
+                _ => {}
+            }
+            // Pods bound to a node terminate gracefully: the node agent deletes them.
+            let graceful = info.group.is_empty()
+                && info.kind == "Pod"
+                && obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+                && !is_terminal_pod(&obj);
+            let grace = if graceful {
+                opts.grace_period
+                    .unwrap_or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30))
+            } else {
+                0
+            };
+            let already_deleting = objects::is_deleting(&obj);
+            if finalizers.is_empty() && grace == 0 && spec_finalizers(info, &obj).is_empty() {
+                if opts.dry_run {
+                    return Ok(delete_reply(info, &obj, true));
+                }
+                match self.store.delete(&key, Some(kv.mod_revision)).await {
+                    Ok((_, rev)) => {
+                        set_resource_version(&mut obj, rev);
+                        return Ok(delete_reply(info, &obj, true));
+                    }
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Deferred deletion: mark the object; finalizers (or the node agent) finish it.
+            if already_deleting && finalizers == before && grace != 0 {
+                // Shortening an existing grace period is allowed, lengthening is not.
+                let cur = objects::meta(&obj).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64);
+                if cur.is_some_and(|c| grace >= c) {
+                    return Ok(Reply::json(200, &obj));
+                }
+            }
+            if already_deleting && finalizers == before && grace == 0 {
+                return Ok(Reply::json(if opts.propagation.as_deref() == Some("Foreground") { 202 } else { 200 }, &obj));
+            }
+            {
+                let m = meta_mut(&mut obj);
+                if !already_deleting || graceful {
+                    m.insert("deletionTimestamp".into(), json!(objects::rfc3339_in(grace)));
+                }
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                if let Some(g) = m.get("generation").and_then(Value::as_i64)
+                    && info.generation
+                {
+                    m.insert("generation".into(), json!(g + 1));
+                }
+                m.remove("resourceVersion");
+            }
+            objects::set_finalizers(&mut obj, &finalizers);
+            if opts.dry_run {
+                return Ok(Reply::json(200, &obj));
+            }
+            let bytes = Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
+            match self.store.update(&key, bytes, kv.mod_revision).await {
+                Ok(nkv) => {
+                    set_resource_version(&mut obj, nkv.mod_revision);
+                    let code = if opts.propagation.as_deref() == Some("Foreground") { 202 } else { 200 };
+                    return Ok(Reply::json(code, &obj));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(info, &name))
+    }
+
+    pub async fn delete_collection(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Option<Value>) -> ApiResult {
+        let filter = Filter::parse(q)?;
+        self.consistent().await?;
+        let items = filter.apply(res, self.rc(res)?.list(&res.list_prefix(p.namespace.as_deref())))?;
+        let mut deleted = Vec::new();
+        for o in items {
+            let mut ip = p.clone();
+            ip.name = Some(objects::name(&o.value).to_string());
+            ip.namespace = if res.info().namespaced { Some(objects::namespace(&o.value).to_string()) } else { None };
+            match self.delete(res, &ip, q, body.clone()).await {
+                Ok(_) => deleted.push(o.value.clone()),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let info = res.info();
+        Ok(Reply::json(
+            200,
+            &json!({"kind": info.list_kind(), "apiVersion": info.api_version(), "metadata": {"resourceVersion": self.cache.revision().to_string()}, "items": deleted}),
+        ))
+    }
+
+    // ----- patch -----
+
+    pub async fn patch(&self, res: &Resource, p: &ResourcePath, q: &Query, content_type: &str, body: &[u8]) -> ApiResult {
+        let info = res.info();
+        let ct = content_type.split(';').next().unwrap_or("").trim().to_string();
+        let is_apply = ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor";
+        let patch: Value = if is_apply {
+            crate::body::parse_yaml_or_json(body)?
+        } else {
+            serde_json::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+        };
+        if is_apply && q.get("fieldManager").is_none_or(str::is_empty) {
+            return Err(ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml requests require fieldManager to be specified",
+            ));
+        }
+        let force = q.flag("force");
+        if force && !is_apply {
+            return Err(ApiError::bad_request("force may not be specified for non-apply patch"));
+        }
+        let precondition = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let mut warnings = Vec::new();
+        let warnings_cell = std::sync::Mutex::new(Vec::<String>::new());
+        let manager = q.get("fieldManager").unwrap_or("").to_string();
+        let sub = p.subresource.clone();
+        if sub.as_deref() == Some("scale") {
+            return self.patch_scale(res, p, q, &ct, &patch).await;
+        }
+        let api_version = info.api_version();
+        let mutate = |old: Option<&Value>| -> Result<Value, ApiError> {
+            let patched = match old {
+                None => {
+                    if !is_apply {
+                        return Err(ApiError::not_found(info, p.name.as_deref().unwrap_or("")));
+                    }
+                    crate::patching::apply(None, &patch, &manager, force, &api_version, info.kind)?
+                }
+                Some(old) => {
+                    let base = old.clone();
+                    match ct.as_str() {
+                        "application/merge-patch+json" => crate::patching::merge(&base, &patch),
+                        "application/json-patch+json" => crate::patching::json_patch(&base, &patch)?,
+                        "application/strategic-merge-patch+json" => {
+                            crate::patching::strategic(&base, &patch, &api_version, info.kind)?
+                        }
+                        "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
+                            crate::patching::apply(Some(&base), &patch, &manager, force, &api_version, info.kind)?
+                        }
+                        other => return Err(ApiError::unsupported_media(other)),
+                    }
+                }
+            };
+            let mut w = Vec::new();
+            let decoded = self.decode_body(res, patched, q, &mut w)?;
+            if let Ok(mut cell) = warnings_cell.lock() {
+                cell.extend(w);
+            }
+            Ok(decoded)
+        };
+        let reply = self.guaranteed_update(res, p, q, precondition, is_apply, mutate, sub.as_deref()).await?;
+        if let Ok(mut cell) = warnings_cell.lock() {
+            warnings.append(&mut cell);
+        }
+        warnings.dedup();
+        Ok(reply.with_warnings(warnings))
+    }
+
+    async fn patch_scale(&self, res: &Resource, p: &ResourcePath, q: &Query, ct: &str, patch: &Value) -> ApiResult {
+        let info = res.info();
+        if !info.scale_subresource {
+            return Err(ApiError::not_found_path());
+        }
+        let mut main = p.clone();
+        main.subresource = None;
+        let ct = ct.to_string();
+        let reply = self
+            .guaranteed_update(
+                res,
+                &main,
+                q,
+                None,
+                false,
+                |old| {
+                    let old = old.ok_or_else(|| ApiError::not_found(info, p.name.as_deref().unwrap_or("")))?;
+                    let scale = to_scale(info, old);
+                    let patched = match ct.as_str() {
+                        "application/json-patch+json" => crate::patching::json_patch(&scale, patch)?,
+                        _ => crate::patching::merge(&scale, patch),
+                    };
+                    let replicas = patched.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+                    let mut new = old.clone();
+                    new["spec"]["replicas"] = json!(replicas);
+                    Ok(new)
+                },
+                None,
+            )
+            .await?;
+        match reply {
+            Reply::Json { body, .. } => {
+                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                Ok(Reply::json(200, &to_scale(info, &v)))
+            }
+            other => Ok(other),
+        }
+    }
+
+    pub async fn update_scale(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+        let info = res.info();
+        let replicas = body.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        if replicas < 0 {
+            return Err(ApiError::invalid(
+                info,
+                p.name.as_deref().unwrap_or(""),
+                &[ferry_api::errors::FieldError::invalid("spec.replicas", replicas.to_string(), "must be greater than or equal to 0")],
+            ));
+        }
+        let precondition = body.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let mut main = p.clone();
+        main.subresource = None;
+        let reply = self
+            .guaranteed_update(
+                res,
+                &main,
+                q,
+                precondition,
+                false,
+                |old| {
+                    let old = old.ok_or_else(|| ApiError::not_found(info, p.name.as_deref().unwrap_or("")))?;
+                    let mut new = old.clone();
+                    new["spec"]["replicas"] = json!(replicas);
+                    Ok(new)
+                },
+                None,
+            )
+            .await?;
+        match reply {
+            Reply::Json { body, .. } => {
+                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                Ok(Reply::json(200, &to_scale(info, &v)))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// A Namespace's `spec.finalizers` (which also hold its deletion); empty for other kinds.
+fn spec_finalizers(info: &KindInfo, v: &Value) -> Vec<String> {
+    if !(info.group.is_empty() && info.kind == "Namespace") {
+        return Vec::new();
+    }
+    v.pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default()
+}
+
+impl Api {
+    /// `PUT /api/v1/namespaces/<name>/finalize`: replaces `spec.finalizers`.
+    pub async fn finalize_namespace(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+        let wanted = body.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+        self.write_spec_finalizers(res, p, q, wanted).await
+    }
+
+    /// Removes the `kubernetes` finalizer of a terminating Namespace (namespace lifecycle).
+    pub async fn finalize(&self, res: &Resource, p: &ResourcePath) -> ApiResult {
+        let key = res.key(None, p.name.as_deref().unwrap_or(""));
+        let Some(kv) = self.store.get(&key).await? else { return Err(ApiError::not_found(res.info(), p.name.as_deref().unwrap_or(""))) };
+        let v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        let rest: Vec<String> = spec_finalizers(res.info(), &v).into_iter().filter(|f| f != "kubernetes").collect();
+        self.write_spec_finalizers(res, p, &Query::default(), json!(rest)).await
+    }
+
+    async fn write_spec_finalizers(&self, res: &Resource, p: &ResourcePath, q: &Query, wanted: Value) -> ApiResult {
+        let info = res.info();
+        let name = p.name.clone().unwrap_or_default();
+        let key = res.key(None, &name);
+        for _ in 0..16 {
+            let Some(kv) = self.store.get(&key).await? else { return Err(ApiError::not_found(info, &name)) };
+            let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            if !v.get("spec").is_some_and(Value::is_object) {
+                v["spec"] = json!({});
+            }
+            v["spec"]["finalizers"] = wanted.clone();
+            if q.dry_run()? {
+                set_resource_version(&mut v, kv.mod_revision);
+                return Ok(Reply::json(200, &v));
+            }
+            if objects::is_deleting(&v) && objects::finalizers(&v).is_empty() && spec_finalizers(info, &v).is_empty() {
+                match self.store.delete(&key, Some(kv.mod_revision)).await {
+                    Ok((_, rev)) => {
+                        set_resource_version(&mut v, rev);
+                        return Ok(Reply::json(200, &v));
+                    }
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let bytes = Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
+            match self.store.update(&key, bytes, kv.mod_revision).await {
+                Ok(nkv) => {
+                    set_resource_version(&mut v, nkv.mod_revision);
+                    return Ok(Reply::json(200, &v));
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ApiError::conflict(info, &name))
+    }
+}
+
+fn strip_managed_time(v: &Value) -> Value {
+    let mut c = v.clone();
+    if let Some(Value::Array(a)) = c.pointer_mut("/metadata/managedFields") {
+        for e in a {
+            if let Value::Object(m) = e {
+                m.remove("time");
+            }
+        }
+    }
+    c
+}
+
+fn is_terminal_pod(v: &Value) -> bool {
+    matches!(v.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"))
+}
+
+fn allow_create_on_update(info: &KindInfo) -> bool {
+    info.group.is_empty() && matches!(info.kind, "Endpoints" | "Event")
+        || (info.group == "coordination.k8s.io" && info.kind == "Lease")
+        || (info.group == "events.k8s.io")
+}
+
+fn check_name_matches(new: &Value, name: &str, ns: Option<&str>, info: &KindInfo) -> Result<(), ApiError> {
+    let n = objects::name(new);
+    if !n.is_empty() && n != name {
+        return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
+    }
+    if info.namespaced {
+        let bns = objects::namespace(new);
+        if !bns.is_empty() && Some(bns) != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Carries over the metadata the server owns (upstream `BeforeUpdate`).
+fn prepare_update_meta(new: &mut Value, old: &Value, info: &KindInfo) -> Result<(), ApiError> {
+    let old_meta = objects::meta(old).cloned().unwrap_or_default();
+    let name = objects::name(old).to_string();
+    let m = meta_mut(new);
+    if let Some(uid) = m.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty())
+        && Some(uid) != old_meta.get("uid").and_then(Value::as_str)
+    {
+        return Err(ApiError::conflict_msg(
+            info,
+            &name,
+            &format!(
+                "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                uid,
+                old_meta.get("uid").and_then(Value::as_str).unwrap_or("")
+            ),
+        ));
+    }
+    for k in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+        match old_meta.get(k) {
+            Some(v) => {
+                m.insert(k.to_string(), v.clone());
+            }
+            None => {
+                m.remove(k);
+            }
+        }
+    }
+    if !m.contains_key("managedFields")
+        && let Some(mf) = old_meta.get("managedFields")
+    {
+        m.insert("managedFields".into(), mf.clone());
+    }
+    Ok(())
+}
+
+fn delete_reply(info: &KindInfo, obj: &Value, gone: bool) -> Reply {
+    if gone && !info.delete_returns_object {
+        Reply::json(200, &success_status(info, objects::name(obj), objects::uid(obj)))
+    } else {
+        Reply::json(200, obj)
+    }
+}
+
+fn table_reply(t: &Value) -> Reply {
+    Reply::Json {
+        code: 200,
+        body: Bytes::from(serde_json::to_vec(t).unwrap_or_default()),
+        content_type: "application/json;as=Table;v=v1;g=meta.k8s.io",
+        warnings: Vec::new(),
+    }
+}
+
+fn object_key(res: &Resource, v: &Value) -> String {
+    if res.info().namespaced {
+        format!("{}/{}", objects::namespace(v), objects::name(v))
+    } else {
+        objects::name(v).to_string()
+    }
+}
+
+fn encode_continue(after: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"v": "ferry.continue/1", "start": after}).to_string())
+}
+
+fn decode_continue(token: &str) -> Result<String, ApiError> {
+    use base64::Engine;
+    let bad = || ApiError::bad_request("invalid continue token");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    v.get("start").and_then(Value::as_str).map(String::from).ok_or_else(bad)
+}
+
+/// An `autoscaling/v1` Scale for a Deployment or ReplicaSet.
+pub fn to_scale(info: &KindInfo, v: &Value) -> Value {
+    let selector = v
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| format!("{}={}", k, v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    let _ = info;
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": objects::name(v),
+            "namespace": objects::namespace(v),
+            "uid": objects::uid(v),
+            "resourceVersion": objects::meta_str(v, "resourceVersion").unwrap_or(""),
+            "creationTimestamp": objects::meta_str(v, "creationTimestamp"),
+        },
+        "spec": {"replicas": v.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0)},
+        "status": {
+            "replicas": v.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "selector": selector,
+        }
+    })
+}
+
+/// DeleteOptions from the body or the query.
+#[derive(Debug, Default)]
+pub struct DeleteOptions {
+    pub propagation: Option<String>,
+    pub grace_period: Option<i64>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub dry_run: bool,
+}
+
+impl DeleteOptions {
+    pub fn parse(q: &Query, body: Option<&Value>) -> Result<DeleteOptions, ApiError> {
+        let mut o = DeleteOptions { dry_run: q.dry_run()?, ..Default::default() };
+        o.propagation = q.get("propagationPolicy").filter(|s| !s.is_empty()).map(String::from);
+        o.grace_period = q.int("gracePeriodSeconds")?;
+        if let Some(orphan) = q.get("orphanDependents") {
+            if o.propagation.is_none() {
+                o.propagation = Some(if orphan == "true" { "Orphan".into() } else { "Background".into() });
+            }
+        }
+        if let Some(b) = body.filter(|b| b.is_object()) {
+            if let Some(p) = b.get("propagationPolicy").and_then(Value::as_str) {
+                o.propagation = Some(p.to_string());
+            }
+            if let Some(g) = b.get("gracePeriodSeconds").and_then(Value::as_i64) {
+                o.grace_period = Some(g);
+            }
+            if let Some(orphan) = b.get("orphanDependents").and_then(Value::as_bool)
+                && o.propagation.is_none()
+            {
+                o.propagation = Some(if orphan { "Orphan".into() } else { "Background".into() });
+            }
+            if let Some(pre) = b.get("preconditions") {
+                o.precondition_uid = pre.get("uid").and_then(Value::as_str).map(String::from);
+                o.precondition_rv = pre.get("resourceVersion").and_then(Value::as_str).map(String::from);
+            }
+            if let Some(d) = b.get("dryRun").and_then(Value::as_array)
+                && d.iter().any(|x| x.as_str() == Some("All"))
+            {
+                o.dry_run = true;
+            }
+        }
+        if let Some(p) = &o.propagation
+            && !matches!(p.as_str(), "Foreground" | "Background" | "Orphan")
+        {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                format!("DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""),
+            ));
+        }
+        if o.grace_period.is_some_and(|g| g < 0) {
+            o.grace_period = Some(1);
+        }
+        Ok(o)
+    }
+}
+
+/// Label and field selectors of a list or watch.
+pub struct Filter {
+    labels: Option<ferry_api::selectors::LabelSelector>,
+    fields: Option<ferry_api::selectors::FieldSelector>,
+}
+
+impl Filter {
+    pub fn parse(q: &Query) -> Result<Filter, ApiError> {
+        let labels = match q.get("labelSelector").filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(
+                ferry_api::selectors::parse_label_selector(s)
+                    .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+            ),
+            None => None,
+        };
+        let fields = match q.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(
+                ferry_api::selectors::parse_field_selector(s)
+                    .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(Filter { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
+    /// Whether `v` matches; `Err` (a 400) when a field selector names a field the kind lacks.
+    pub fn try_matches(&self, res: &Resource, v: &Value) -> Result<bool, ApiError> {
+        if let Some(l) = &self.labels
+            && !l.matches(&objects::labels(v))
+        {
+            return Ok(false);
+        }
+        if let Some(f) = &self.fields {
+            return f.matches(|field| field_value(res, v, field)).map_err(ApiError::bad_request);
+        }
+        Ok(true)
+    }
+
+    pub fn matches(&self, res: &Resource, v: &Value) -> bool {
+        self.try_matches(res, v).unwrap_or(false)
+    }
+
+    /// Keeps the matching objects; a 400 for an unsupported field.
+    pub fn apply(&self, res: &Resource, items: Vec<Arc<CachedObject>>) -> Result<Vec<Arc<CachedObject>>, ApiError> {
+        if self.is_empty() {
+            return Ok(items);
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for o in items {
+            if self.try_matches(res, &o.value)? {
+                out.push(o);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn field_value(res: &Resource, v: &Value, field: &str) -> Option<String> {
+    match field {
+        "metadata.name" => Some(objects::name(v).to_string()),
+        "metadata.namespace" if res.info().namespaced => Some(objects::namespace(v).to_string()),
+        _ => res.strategy.field(v, field),
+    }
+}

@@ -1,0 +1,255 @@
+//! The watch cache: every served resource kept in memory, fed by one watch on the store, as
+//! kube-apiserver's cacher does. Lists and watches are answered from here; writes go to the store
+//! and come back through the store's watch.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use ferry_store::{Event, Revision, Store, StoreError};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+
+/// How many events per resource are kept for watches that resume from a resourceVersion.
+const HISTORY: usize = 20_000;
+
+/// One object as cached: its JSON value (with `metadata.resourceVersion` set) and the same bytes.
+#[derive(Debug)]
+pub struct CachedObject {
+    pub value: Value,
+    pub bytes: Bytes,
+    pub revision: Revision,
+}
+
+impl CachedObject {
+    pub fn from_store(raw: &[u8], revision: Revision) -> Option<Arc<CachedObject>> {
+        let mut value: Value = serde_json::from_slice(raw).ok()?;
+        set_resource_version(&mut value, revision);
+        let bytes = Bytes::from(serde_json::to_vec(&value).ok()?);
+        Some(Arc::new(CachedObject { value, bytes, revision }))
+    }
+}
+
+pub fn set_resource_version(value: &mut Value, revision: Revision) {
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change to one object of a resource.
+#[derive(Debug, Clone)]
+pub struct CacheEvent {
+    pub kind: EventType,
+    pub revision: Revision,
+    /// The object after the change (for Deleted: the last state, with the delete's revision).
+    pub object: Arc<CachedObject>,
+    /// The object before the change (for Modified and Deleted).
+    pub prev: Option<Arc<CachedObject>>,
+}
+
+struct State {
+    items: BTreeMap<String, Arc<CachedObject>>,
+    history: VecDeque<Arc<CacheEvent>>,
+    /// Watches may resume from any revision >= this one.
+    oldest: Revision,
+}
+
+/// The cache of one resource (e.g. all Services).
+pub struct ResourceCache {
+    state: RwLock<State>,
+    events: broadcast::Sender<Arc<CacheEvent>>,
+}
+
+/// What a watch resuming from a revision gets: past events, then the live channel.
+pub struct Subscription {
+    pub replay: Vec<Arc<CacheEvent>>,
+    pub live: broadcast::Receiver<Arc<CacheEvent>>,
+}
+
+impl ResourceCache {
+    fn new(start: Revision) -> Self {
+        let (events, _) = broadcast::channel(4096);
+        ResourceCache {
+            state: RwLock::new(State { items: BTreeMap::new(), history: VecDeque::new(), oldest: start }),
+            events,
+        }
+    }
+
+    /// A snapshot of every object under `prefix` (a key prefix inside this resource).
+    pub fn list(&self, prefix: &str) -> Vec<Arc<CachedObject>> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.items.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.clone()).collect()
+    }
+
+    pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        st.items.get(key).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.read().unwrap_or_else(|e| e.into_inner()).items.len()
+    }
+
+    /// Subscribes to live events and snapshots the current objects under `prefix`, atomically.
+    pub fn snapshot_and_subscribe(&self, prefix: &str) -> (Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>) {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let live = self.events.subscribe();
+        let items =
+            st.items.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.clone()).collect();
+        (items, live)
+    }
+
+    /// Subscribes to events after `after`. `Err(oldest)` when that revision is too old.
+    pub fn subscribe_from(&self, after: Revision) -> Result<Subscription, Revision> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        if after < st.oldest {
+            return Err(st.oldest);
+        }
+        let live = self.events.subscribe();
+        let replay = st.history.iter().filter(|e| e.revision > after).cloned().collect();
+        Ok(Subscription { replay, live })
+    }
+
+    fn apply(&self, key: &str, ev: CacheEvent) {
+        let ev = Arc::new(ev);
+        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+        match ev.kind {
+            EventType::Deleted => {
+                st.items.remove(key);
+            }
+            _ => {
+                st.items.insert(key.to_string(), ev.object.clone());
+            }
+        }
+        st.history.push_back(ev.clone());
+        if st.history.len() > HISTORY
+            && let Some(old) = st.history.pop_front()
+        {
+            st.oldest = old.revision;
+        }
+        // No receivers is fine.
+        let _ = self.events.send(ev);
+    }
+}
+
+/// All resource caches, keyed by the store prefix of the resource (`/registry/services/`).
+pub struct Cache {
+    resources: HashMap<String, Arc<ResourceCache>>,
+    revision: watch::Sender<Revision>,
+}
+
+impl Cache {
+    /// Loads every resource from the store. Call [`Cache::follow`] afterwards to keep it current.
+    pub async fn load(store: &dyn Store, prefixes: &[String]) -> Result<(Arc<Cache>, Revision), StoreError> {
+        let revision = store.current_revision().await?;
+        let mut resources = HashMap::new();
+        for prefix in prefixes {
+            let rc = ResourceCache::new(revision);
+            let res = store.range(prefix, ferry_store::RangeOptions { revision, ..Default::default() }).await?;
+            {
+                let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
+                for kv in res.kvs {
+                    if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
+                        st.items.insert(kv.key.clone(), obj);
+                    }
+                }
+            }
+            resources.insert(prefix.clone(), Arc::new(rc));
+        }
+        let (tx, _) = watch::channel(revision);
+        Ok((Arc::new(Cache { resources, revision: tx }), revision))
+    }
+
+    /// Applies store events to the caches until the store's watch ends. Returns the error that
+    /// ended it.
+    pub async fn follow(self: &Arc<Self>, store: Arc<dyn Store>, from: Revision) -> StoreError {
+        let mut stream = match store.watch("/registry/", from).await {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(ev) => self.apply_store_event(ev),
+                Err(e) => return e,
+            }
+        }
+        StoreError::Unavailable("store watch ended".into())
+    }
+
+    fn apply_store_event(&self, ev: Event) {
+        let rev = ev.revision();
+        let key = ev.key().to_string();
+        if let Some(rc) = self.resource_for_key(&key) {
+            let prev = rc.get(&key);
+            let ce = match ev {
+                Event::Put { kv, .. } => CachedObject::from_store(&kv.value, kv.mod_revision).map(|object| CacheEvent {
+                    kind: if prev.is_some() { EventType::Modified } else { EventType::Added },
+                    revision: rev,
+                    object,
+                    prev,
+                }),
+                Event::Delete { prev: last, revision } => {
+                    CachedObject::from_store(&last.value, revision).map(|object| CacheEvent {
+                        kind: EventType::Deleted,
+                        revision,
+                        object,
+                        prev,
+                    })
+                }
+            };
+            if let Some(ce) = ce {
+                rc.apply(&key, ce);
+            }
+        }
+        self.revision.send_replace(rev);
+    }
+
+    fn resource_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
+        // Keys are `<prefix><ns>/<name>` or `<prefix><name>`; try the longest matching prefix.
+        let mut best: Option<(&String, &Arc<ResourceCache>)> = None;
+        for (p, rc) in &self.resources {
+            if key.starts_with(p.as_str()) && best.is_none_or(|(bp, _)| p.len() > bp.len()) {
+                best = Some((p, rc));
+            }
+        }
+        best.map(|(_, rc)| rc)
+    }
+
+    pub fn resource(&self, prefix: &str) -> Option<&Arc<ResourceCache>> {
+        self.resources.get(prefix)
+    }
+
+    pub fn resources(&self) -> impl Iterator<Item = (&String, &Arc<ResourceCache>)> {
+        self.resources.iter()
+    }
+
+    /// The last store revision the cache has applied.
+    pub fn revision(&self) -> Revision {
+        *self.revision.borrow()
+    }
+
+    /// Waits until the cache has applied `revision` (or `timeout` passes). Returns whether it did.
+    pub async fn wait_for(&self, revision: Revision, timeout: std::time::Duration) -> bool {
+        let mut rx = self.revision.subscribe();
+        let fut = rx.wait_for(|r| *r >= revision);
+        matches!(tokio::time::timeout(timeout, fut).await, Ok(Ok(_)))
+    }
+}

@@ -1,0 +1,200 @@
+//! `/version` and API discovery: legacy (APIVersions, APIGroupList, APIResourceList) and
+//! aggregated (`apidiscovery.k8s.io` v2 and v2beta1, negotiated by Accept).
+
+use ferry_api::kinds::KindInfo;
+use serde_json::{Value, json};
+
+const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+
+fn infos() -> Vec<&'static KindInfo> {
+    ferry_api::kinds::all().iter().map(|s| s.info()).collect()
+}
+
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "emulationMajor": "1",
+        "emulationMinor": "33",
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "32",
+        "gitVersion": concat!("v1.33.0-ferry.", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+/// Group versions in discovery order: core first, then groups by name.
+fn groups() -> Vec<(&'static str, &'static str)> {
+    let mut gv: Vec<(&str, &str)> = Vec::new();
+    for i in infos() {
+        if !i.group.is_empty() && !gv.contains(&(i.group, i.version)) {
+            gv.push((i.group, i.version));
+        }
+    }
+    gv
+}
+
+pub fn api_versions(server_addr: &str) -> Value {
+    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_addr}]})
+}
+
+pub fn api_group_list() -> Value {
+    let groups: Vec<Value> = groups().iter().map(|(g, _)| api_group(g)).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub fn api_group(group: &str) -> Value {
+    let versions: Vec<Value> = groups()
+        .iter()
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    let preferred = versions.first().cloned().unwrap_or(Value::Null);
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": versions, "preferredVersion": preferred})
+}
+
+pub fn has_group(group: &str) -> bool {
+    groups().iter().any(|(g, _)| *g == group)
+}
+
+pub fn has_group_version(group: &str, version: &str) -> bool {
+    infos().iter().any(|i| i.group == group && i.version == version)
+}
+
+pub fn api_resource_list(group: &str, version: &str) -> Value {
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let mut resources = Vec::new();
+    for i in infos().into_iter().filter(|i| i.group == group && i.version == version) {
+        let mut r = json!({
+            "name": i.plural,
+            "singularName": i.singular,
+            "namespaced": i.namespaced,
+            "kind": i.kind,
+            "verbs": VERBS,
+        });
+        if !i.short_names.is_empty() {
+            r["shortNames"] = json!(i.short_names);
+        }
+        if !i.categories.is_empty() {
+            r["categories"] = json!(i.categories);
+        }
+        resources.push(r);
+        if i.status_subresource {
+            resources.push(json!({"name": format!("{}/status", i.plural), "singularName": "", "namespaced": i.namespaced, "kind": i.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if i.scale_subresource {
+            resources.push(json!({"name": format!("{}/scale", i.plural), "singularName": "", "namespaced": i.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        }
+        if i.group.is_empty() && i.kind == "Namespace" {
+            resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
+        }
+    }
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+fn aggregated_resource(i: &KindInfo) -> Value {
+    let mut r = json!({
+        "resource": i.plural,
+        "responseKind": {"group": i.group, "version": i.version, "kind": i.kind},
+        "scope": if i.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": i.singular,
+        "verbs": VERBS,
+    });
+    if !i.short_names.is_empty() {
+        r["shortNames"] = json!(i.short_names);
+    }
+    if !i.categories.is_empty() {
+        r["categories"] = json!(i.categories);
+    }
+    let mut subs = Vec::new();
+    if i.status_subresource {
+        subs.push(json!({"subresource": "status", "responseKind": {"group": i.group, "version": i.version, "kind": i.kind}, "verbs": ["get", "patch", "update"]}));
+    }
+    if i.scale_subresource {
+        subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
+    }
+    if i.group.is_empty() && i.kind == "Namespace" {
+        subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
+    }
+    if !subs.is_empty() {
+        r["subresources"] = json!(subs);
+    }
+    r
+}
+
+/// Aggregated discovery for `/api` (core) or `/apis` (groups). `version` is "v2" or "v2beta1".
+pub fn aggregated(core: bool, version: &str) -> Value {
+    let mut items = Vec::new();
+    if core {
+        let res: Vec<Value> = infos().into_iter().filter(|i| i.group.is_empty()).map(aggregated_resource).collect();
+        items.push(json!({"metadata": {"name": ""}, "versions": [{"version": "v1", "resources": res, "freshness": "Current"}]}));
+    } else {
+        let mut seen: Vec<&str> = Vec::new();
+        for (g, _) in groups() {
+            if seen.contains(&g) {
+                continue;
+            }
+            seen.push(g);
+            let versions: Vec<Value> = groups()
+                .iter()
+                .filter(|(gg, _)| *gg == g)
+                .map(|(_, v)| {
+                    let res: Vec<Value> =
+                        infos().into_iter().filter(|i| i.group == g && i.version == *v).map(aggregated_resource).collect();
+                    json!({"version": v, "resources": res, "freshness": "Current"})
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": g}, "versions": versions}));
+        }
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{version}"), "metadata": {}, "items": items})
+}
+
+/// Which aggregated discovery version the Accept header asks for, if any (first offered wins).
+pub fn aggregated_version(accept: &str) -> Option<&'static str> {
+    for part in accept.split(',') {
+        let p = part.replace(' ', "");
+        if p.contains("g=apidiscovery.k8s.io") && p.contains("as=APIGroupDiscoveryList") {
+            if p.contains("v=v2beta1") {
+                return Some("v2beta1");
+            }
+            if p.contains("v=v2") {
+                return Some("v2");
+            }
+        }
+        if p.starts_with("application/json") && !p.contains(';') {
+            return None;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(
+            aggregated_version("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+            Some("v2")
+        );
+        assert_eq!(
+            aggregated_version("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+            Some("v2beta1")
+        );
+        assert_eq!(aggregated_version("application/json, */*"), None);
+    }
+
+    #[test]
+    fn core_resources_listed() {
+        let l = api_resource_list("", "v1");
+        let names: Vec<&str> = l["resources"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+        assert!(names.contains(&"services") && names.contains(&"services/status") && names.contains(&"pods"));
+    }
+}

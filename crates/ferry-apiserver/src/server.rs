@@ -1,0 +1,337 @@
+//! The HTTP(S) front: TLS, authentication, routing to discovery, OpenAPI and the REST handlers.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{Api, Reply};
+use crate::request::{Query, negotiate, parse_resource_path};
+use crate::status::ApiError;
+use crate::{discovery, watch};
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Everything a request handler needs.
+pub struct Server {
+    pub api: Api,
+    pub openapi: ferry_openapi::OpenApi,
+    pub token: Option<String>,
+    pub ready: AtomicBool,
+    pub advertise: String,
+}
+
+fn full(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Full::new(body.into()).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn json_response(code: u16, v: &Value) -> Response<Body> {
+    full(code, "application/json", serde_json::to_vec(v).unwrap_or_default())
+}
+
+pub fn error_response(e: &ApiError) -> Response<Body> {
+    json_response(e.code, &e.to_status())
+}
+
+fn reply_response(r: Reply) -> Response<Body> {
+    match r {
+        Reply::Json { code, body, content_type, warnings } => {
+            let mut resp = full(code, content_type, body);
+            for w in warnings {
+                let text = format!("299 - {}", serde_json::to_string(&w).unwrap_or_default());
+                if let Ok(v) = header::HeaderValue::from_str(&text) {
+                    resp.headers_mut().append("Warning", v);
+                }
+            }
+            resp
+        }
+        Reply::Stream { content_type, rx } => {
+            let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+            Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, content_type)
+                .header("Transfer-Encoding", "chunked")
+                .body(BodyExt::boxed(StreamBody::new(stream)))
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+        }
+    }
+}
+
+impl Server {
+    fn authorized<B>(&self, req: &Request<B>) -> bool {
+        let Some(token) = &self.token else { return true };
+        req.headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
+    }
+
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let query = Query::parse(req.uri().query());
+        let method = req.method().clone();
+        // Health and version are public, as upstream's system:public-info-viewer allows.
+        match path.as_str() {
+            "/healthz" | "/livez" => return full(200, "text/plain; charset=utf-8", "ok"),
+            "/readyz" => {
+                return if self.ready.load(Ordering::SeqCst) {
+                    full(200, "text/plain; charset=utf-8", "ok")
+                } else {
+                    full(500, "text/plain; charset=utf-8", "[-]ferry-ready failed: not ready\nreadyz check failed")
+                };
+            }
+            "/version" => return json_response(200, &discovery::version()),
+            _ => {}
+        }
+        if !self.authorized(&req) {
+            return error_response(&ApiError::unauthorized());
+        }
+        let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let content_type =
+            req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+        match (method.clone(), path.as_str()) {
+            (Method::GET, "/api" | "/api/") => {
+                return match discovery::aggregated_version(&accept) {
+                    Some(v) => full(
+                        200,
+                        &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+                        serde_json::to_vec(&discovery::aggregated(true, v)).unwrap_or_default(),
+                    ),
+                    None => json_response(200, &discovery::api_versions(&self.advertise)),
+                };
+            }
+            (Method::GET, "/apis" | "/apis/") => {
+                return match discovery::aggregated_version(&accept) {
+                    Some(v) => full(
+                        200,
+                        &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+                        serde_json::to_vec(&discovery::aggregated(false, v)).unwrap_or_default(),
+                    ),
+                    None => json_response(200, &discovery::api_group_list()),
+                };
+            }
+            (Method::GET, "/api/v1") => return json_response(200, &discovery::api_resource_list("", "v1")),
+            (Method::GET, "/openapi/v3") | (Method::GET, "/openapi/v3/") => {
+                return full(200, "application/json", Bytes::copy_from_slice(self.openapi.v3_index()));
+            }
+            (Method::GET, "/openapi/v2") | (Method::GET, "/swagger-2.0.0.pb-v1") => {
+                let mut resp = if accept.contains("protobuf") || path.ends_with("pb-v1") {
+                    full(200, "application/octet-stream", Bytes::copy_from_slice(self.openapi.v2_protobuf()))
+                } else {
+                    full(200, "application/json", Bytes::copy_from_slice(self.openapi.v2_json()))
+                };
+                if let Ok(v) = header::HeaderValue::from_str(&format!("\"{}\"", self.openapi.v2_etag())) {
+                    resp.headers_mut().insert(header::ETAG, v);
+                }
+                return resp;
+            }
+            _ => {}
+        }
+        if method == Method::GET
+            && let Some(gv) = path.strip_prefix("/openapi/v3/")
+        {
+            return match self.openapi.v3_document(gv) {
+                Some((doc, hash)) => {
+                    let mut resp = full(200, "application/json", Bytes::copy_from_slice(doc));
+                    let immutable = query.get("hash") == Some(hash);
+                    let cc = if immutable { "public, immutable" } else { "no-cache, private" };
+                    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static(cc));
+                    if let Ok(v) = header::HeaderValue::from_str(&format!("\"{hash}\"")) {
+                        resp.headers_mut().insert(header::ETAG, v);
+                    }
+                    resp
+                }
+                None => error_response(&ApiError::not_found_path()),
+            };
+        }
+        // /apis/<group> and /apis/<group>/<version>
+        if method == Method::GET {
+            let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+            match segs.as_slice() {
+                ["apis", g] => {
+                    return if discovery::has_group(g) {
+                        json_response(200, &discovery::api_group(g))
+                    } else {
+                        error_response(&ApiError::not_found_path())
+                    };
+                }
+                ["apis", g, v] => {
+                    return if discovery::has_group_version(g, v) {
+                        json_response(200, &discovery::api_resource_list(g, v))
+                    } else {
+                        error_response(&ApiError::not_found_path())
+                    };
+                }
+                _ => {}
+            }
+        }
+        let Some(rp) = parse_resource_path(&path) else {
+            return error_response(&ApiError::not_found_path());
+        };
+        let Some(res) = self.api.resource(&rp.group, &rp.version, &rp.resource).cloned() else {
+            return error_response(&ApiError::not_found_path());
+        };
+        if rp.namespace.is_some() && !res.info().namespaced {
+            return error_response(&ApiError::not_found_path());
+        }
+        let want = negotiate(&accept);
+        // Read the body for writes.
+        let body_bytes = if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+            match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(_) => {
+                    return error_response(&ApiError::new(413, "RequestEntityTooLarge", "the request body is too large"));
+                }
+            }
+        } else {
+            Bytes::new()
+        };
+        let result = self.dispatch(res, rp, &query, want, &method, &content_type, body_bytes).await;
+        match result {
+            Ok(r) => reply_response(r),
+            Err(e) => error_response(&e),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dispatch(
+        &self,
+        res: Arc<crate::api::Resource>,
+        rp: crate::request::ResourcePath,
+        q: &Query,
+        want: crate::request::Want,
+        method: &Method,
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<Reply, ApiError> {
+        let api = &self.api;
+        let sub = rp.subresource.as_deref();
+        if let Some(s) = sub
+            && !(s == "status" && res.info().status_subresource
+                || s == "scale" && res.info().scale_subresource
+                || s == "finalize" && res.info().kind == "Namespace")
+        {
+            return Err(ApiError::not_found_path());
+        }
+        match (method, rp.name.is_some()) {
+            (&Method::GET, false) => {
+                if q.flag("watch") {
+                    watch::watch(api, res, &rp, q, want).await
+                } else {
+                    api.list(&res, &rp, q, want).await
+                }
+            }
+            (&Method::GET, true) => api.get(&res, &rp, q, want).await,
+            (&Method::POST, false) => {
+                let v = crate::body::decode(content_type, &body)?;
+                api.create(&res, &rp, q, v).await
+            }
+            (&Method::PUT, true) => {
+                let v = crate::body::decode(content_type, &body)?;
+                match sub {
+                    Some("scale") => api.update_scale(&res, &rp, q, v).await,
+                    Some("finalize") => api.finalize_namespace(&res, &rp, q, v).await,
+                    _ => api.update(&res, &rp, q, v).await,
+                }
+            }
+            (&Method::PATCH, true) => api.patch(&res, &rp, q, content_type, &body).await,
+            (&Method::DELETE, true) => {
+                let v = delete_body(content_type, &body)?;
+                api.delete(&res, &rp, q, v).await
+            }
+            (&Method::DELETE, false) => {
+                let v = delete_body(content_type, &body)?;
+                api.delete_collection(&res, &rp, q, v).await
+            }
+            _ => Err(ApiError::method_not_allowed()),
+        }
+    }
+}
+
+fn delete_body(content_type: &str, body: &[u8]) -> Result<Option<Value>, ApiError> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(None);
+    }
+    crate::body::decode(content_type, body).map(Some)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serves connections on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    server: Arc<Server>,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: CancellationToken,
+) {
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (stream, peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    continue;
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let server = server.clone();
+        let acceptor = acceptor.clone();
+        let svc = hyper::service::service_fn(move |req| {
+            let server = server.clone();
+            async move { Ok::<_, Infallible>(server.handle(req).await) }
+        });
+        let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        match acceptor {
+            Some(acceptor) => {
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let tls = match acceptor.accept(stream).await {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::debug!("TLS handshake with {peer} failed: {e}");
+                            return;
+                        }
+                    };
+                    let conn = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), svc).into_owned();
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+            None => {
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let conn =
+                        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc).into_owned();
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+        }
+    }
+    // Give in-flight requests a moment; watches are cut.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), graceful.shutdown()).await;
+}

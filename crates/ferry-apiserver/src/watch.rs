@@ -1,0 +1,211 @@
+//! Watch streams: newline-delimited `{"type":…,"object":…}` events, flushed one by one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::api::{Api, Filter, Reply, Resource};
+use crate::cache::{CacheEvent, CachedObject, EventType};
+use crate::request::{Query, ResourcePath, Want};
+use crate::status::ApiError;
+use crate::table;
+
+const BOOKMARK_EVERY: Duration = Duration::from_secs(30);
+
+struct Ctx {
+    res: Arc<Resource>,
+    filter: Filter,
+    prefix: String,
+    want: Want,
+    query: Query,
+    bookmarks: bool,
+}
+
+impl Ctx {
+    fn encode(&self, kind: &str, v: &Value) -> Bytes {
+        let object = match self.want {
+            Want::Table { v1beta1 } => table::single(self.res.strategy, v, &self.query, v1beta1),
+            Want::Json => v.clone(),
+        };
+        let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+
+    fn encode_cached(&self, kind: &str, o: &CachedObject) -> Bytes {
+        if self.want == Want::Json {
+            // Splice the cached bytes: no re-serialisation of the object.
+            let mut line = Vec::with_capacity(o.bytes.len() + 32);
+            line.extend_from_slice(b"{\"type\":\"");
+            line.extend_from_slice(kind.as_bytes());
+            line.extend_from_slice(b"\",\"object\":");
+            line.extend_from_slice(&o.bytes);
+            line.extend_from_slice(b"}\n");
+            return Bytes::from(line);
+        }
+        self.encode(kind, &o.value)
+    }
+
+    fn in_scope(&self, o: &CachedObject) -> bool {
+        let key_ns = crate::objects::namespace(&o.value);
+        if self.res.info().namespaced && self.prefix != self.res.prefix {
+            let want_ns = self.prefix.trim_start_matches(&self.res.prefix).trim_end_matches('/');
+            return key_ns == want_ns;
+        }
+        true
+    }
+
+    /// Turns a cache event into the event this watcher sees, honouring selectors: an object that
+    /// stops matching is DELETED for this watcher, one that starts matching is ADDED.
+    fn translate(&self, ev: &CacheEvent) -> Option<Bytes> {
+        if !self.in_scope(&ev.object) {
+            return None;
+        }
+        let now = self.filter.matches(&self.res, &ev.object.value);
+        let before = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&self.res, &p.value));
+        match ev.kind {
+            EventType::Added => now.then(|| self.encode_cached("ADDED", &ev.object)),
+            EventType::Deleted => (now || before).then(|| self.encode_cached("DELETED", &ev.object)),
+            EventType::Modified => match (before, now) {
+                (true, true) => Some(self.encode_cached("MODIFIED", &ev.object)),
+                (false, true) => Some(self.encode_cached("ADDED", &ev.object)),
+                (true, false) => Some(self.encode_cached("DELETED", &ev.object)),
+                (false, false) => None,
+            },
+        }
+    }
+
+    fn bookmark(&self, rv: i64) -> Bytes {
+        let info = self.res.info();
+        self.encode(
+            "BOOKMARK",
+            &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string()}}),
+        )
+    }
+
+    fn initial_end_bookmark(&self, rv: i64) -> Bytes {
+        let info = self.res.info();
+        self.encode(
+            "BOOKMARK",
+            &json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": {"resourceVersion": rv.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}),
+        )
+    }
+}
+
+fn error_event(e: &ApiError) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+pub async fn watch(api: &Api, res: Arc<Resource>, p: &ResourcePath, q: &Query, want: Want) -> Result<Reply, ApiError> {
+    let filter = Filter::parse(q)?;
+    let timeout = q.int("timeoutSeconds")?.filter(|t| *t > 0).map(|t| Duration::from_secs(t as u64));
+    let rv = q.get("resourceVersion").unwrap_or("").to_string();
+    let send_initial = q.get("sendInitialEvents") == Some("true");
+    let prefix = res.list_prefix(p.namespace.as_deref());
+    let rc = api.cache.resource(&res.prefix).cloned().ok_or_else(|| ApiError::internal("no cache"))?;
+    let ctx = Ctx { res: res.clone(), filter, prefix: prefix.clone(), want, query: q.clone(), bookmarks: q.flag("allowWatchBookmarks") };
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+
+    // Decide the starting point now, so that errors can still be a plain HTTP error.
+    enum Start {
+        Snapshot(Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>, i64),
+        From(Vec<Arc<CacheEvent>>, broadcast::Receiver<Arc<CacheEvent>>, i64),
+        TooOld(i64),
+    }
+    let start = if rv.is_empty() || rv == "0" || send_initial {
+        if rv.is_empty() || send_initial {
+            // A consistent snapshot.
+            let cur = api.store.current_revision().await?;
+            api.cache.wait_for(cur, Duration::from_secs(5)).await;
+        }
+        let (items, live) = rc.snapshot_and_subscribe(&prefix);
+        Start::Snapshot(items, live, api.cache.revision())
+    } else {
+        let after: i64 =
+            rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+        match rc.subscribe_from(after) {
+            Ok(sub) => Start::From(sub.replay, sub.live, after),
+            Err(_) => Start::TooOld(after),
+        }
+    };
+
+    tokio::spawn(async move {
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let (mut live, mut last) = match start {
+            Start::TooOld(after) => {
+                let _ = tx.send(error_event(&ApiError::gone_too_old(after))).await;
+                return;
+            }
+            Start::Snapshot(items, live, rev) => {
+                for o in items {
+                    if ctx.filter.matches(&ctx.res, &o.value) && tx.send(ctx.encode_cached("ADDED", &o)).await.is_err() {
+                        return;
+                    }
+                }
+                if send_initial && ctx.bookmarks && tx.send(ctx.initial_end_bookmark(rev)).await.is_err() {
+                    return;
+                }
+                (live, rev)
+            }
+            Start::From(replay, live, after) => {
+                let mut last = after;
+                for ev in replay {
+                    last = ev.revision;
+                    if let Some(b) = ctx.translate(&ev)
+                        && tx.send(b).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                (live, last)
+            }
+        };
+        let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
+        ticker.tick().await;
+        loop {
+            let sleep = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = sleep => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick() => {
+                    if ctx.bookmarks && tx.send(ctx.bookmark(last)).await.is_err() {
+                        return;
+                    }
+                }
+                ev = live.recv() => match ev {
+                    Ok(ev) => {
+                        if ev.revision <= last {
+                            continue;
+                        }
+                        last = ev.revision;
+                        if let Some(b) = ctx.translate(&ev)
+                            && tx.send(b).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let _ = tx.send(error_event(&ApiError::gone_too_old(last))).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    let content_type = match want {
+        Want::Table { .. } => "application/json;as=Table;v=v1;g=meta.k8s.io",
+        Want::Json => "application/json",
+    };
+    Ok(Reply::Stream { content_type, rx })
+}

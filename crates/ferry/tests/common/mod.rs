@@ -1,0 +1,191 @@
+//! Test harness: starts the real `ferry` binary and drives it with real clients.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Ferry {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    cache: tempfile::TempDir,
+}
+
+fn ferry_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ferry")
+}
+
+fn spawn(dir: &Path) -> Child {
+    let log = std::fs::File::create(dir.join("ferry.log")).expect("log file");
+    Command::new(ferry_bin())
+        .args(["up", "--data-dir"])
+        .arg(dir)
+        .args(["--listen-api", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start ferry")
+}
+
+fn wait_ready(dir: &Path, child: &mut Child) {
+    let kc = dir.join("kubeconfig");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("ferry.log")).unwrap_or_default();
+            panic!("ferry exited early ({status}):\n{log}");
+        }
+        if kc.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("ferry did not become ready");
+}
+
+impl Ferry {
+    pub fn start() -> Ferry {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut child = spawn(dir.path());
+        wait_ready(dir.path(), &mut child);
+        let kubeconfig = dir.path().join("kubeconfig");
+        Ferry { child: Some(child), dir, kubeconfig, cache: tempfile::tempdir().expect("tempdir") }
+    }
+
+    /// Kills the process with SIGKILL (no shutdown path runs).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Stops with SIGTERM and waits.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let pid = c.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        c.wait().expect("wait")
+    }
+
+    /// Starts again on the same data directory.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "still running");
+        let _ = std::fs::remove_file(self.dir.path().join("kubeconfig"));
+        let mut child = spawn(self.dir.path());
+        wait_ready(self.dir.path(), &mut child);
+        self.child = Some(child);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("ferry.log")).unwrap_or_default()
+    }
+
+    pub fn kubectl_with(&self, bin: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(bin);
+        cmd.env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.cache.path())
+            .arg("--cache-dir")
+            .arg(self.cache.path().join(bin.replace('/', "_")))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        } else {
+            cmd.stdin(Stdio::null());
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("running {bin}: {e}"));
+        if let Some(input) = stdin {
+            use std::io::Write;
+            let mut si = child.stdin.take().expect("stdin");
+            si.write_all(input.as_bytes()).expect("write stdin");
+        }
+        child.wait_with_output().expect("kubectl output")
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with("kubectl", args, None)
+    }
+
+    /// Runs kubectl and asserts success; returns stdout.
+    pub fn k(&self, bin: &str, args: &[&str]) -> String {
+        let out = self.kubectl_with(bin, args, None);
+        assert!(
+            out.status.success(),
+            "{bin} {args:?} failed:\nstdout: {}\nstderr: {}\nferry log tail: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log())
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Applies/creates manifests from stdin.
+    pub fn k_stdin(&self, bin: &str, args: &[&str], input: &str) -> Output {
+        self.kubectl_with(bin, args, Some(input))
+    }
+
+    /// Runs a Python script (with the kubeconfig in `KUBECONFIG`); asserts success; returns stdout.
+    pub fn python(&self, script: &str, args: &[&str]) -> String {
+        let out = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "python failed:\nstdout: {}\nstderr: {}\nferry log tail: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log())
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+impl Drop for Ferry {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The kubectl binaries to test with: the machine's, and Debian's 1.20 when the test script
+/// provided it.
+pub fn kubectls() -> Vec<String> {
+    let mut v = vec!["kubectl".to_string()];
+    if let Ok(k) = std::env::var("FERRY_KUBECTL_120")
+        && Path::new(&k).exists()
+    {
+        v.push(k);
+    }
+    v
+}
+
+pub fn is_120(bin: &str) -> bool {
+    bin != "kubectl"
+}
+
+pub fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+/// Polls `f` until it returns true or `secs` pass.
+pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}

@@ -1,0 +1,87 @@
+//! End to end with the Python `kubernetes` client, and durability across kill -9.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Ferry, json};
+
+#[test]
+fn python_client_crud_errors_and_watch() {
+    let f = Ferry::start();
+    let out = f.python(include_str!("python/client.py"), &[]);
+    assert!(out.contains("OK"), "{out}");
+}
+
+#[test]
+fn acknowledged_creates_survive_kill9() {
+    let mut f = Ferry::start();
+    let mut child = Command::new("python3")
+        .arg("-c")
+        .arg(include_str!("python/durability.py"))
+        .arg("2000")
+        .env("KUBECONFIG", &f.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python");
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut acked = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            match line {
+                Ok(l) => acked.push(l),
+                Err(_) => break,
+            }
+        }
+        acked
+    });
+    // Kill the server mid-stream.
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    f.kill9();
+    let _ = child.wait();
+    let acked = reader.join().expect("reader");
+    assert!(!acked.is_empty(), "no create was acknowledged in {:?}", start.elapsed());
+    f.restart();
+    let list = json(&f.k("kubectl", &["get", "cm", "-o", "json"]));
+    let names: std::collections::HashSet<String> = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    let missing: Vec<&String> = acked.iter().filter(|n| !names.contains(*n)).collect();
+    assert!(missing.is_empty(), "{} of {} acknowledged creates lost: {:?}", missing.len(), acked.len(), &missing[..missing.len().min(5)]);
+}
+
+#[test]
+fn restart_keeps_objects_and_sigterm_is_clean() {
+    let mut f = Ferry::start();
+    f.k("kubectl", &["create", "configmap", "keep", "--from-literal=a=b"]);
+    let status = f.stop();
+    assert!(status.success(), "SIGTERM exit: {status}\n{}", f.log());
+    f.restart();
+    let cm = json(&f.k("kubectl", &["get", "cm", "keep", "-o", "json"]));
+    assert_eq!(cm["data"]["a"], "b");
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        f.k("kubectl", &["get", "ns", ns]);
+    }
+}
+
+#[test]
+fn unauthenticated_requests_get_401() {
+    let f = Ferry::start();
+    let kc = std::fs::read_to_string(&f.kubeconfig).expect("kubeconfig");
+    let server = kc.lines().find_map(|l| l.trim().strip_prefix("server: ")).expect("server").to_string();
+    let script = format!(
+        "import ssl,urllib.request,urllib.error\nctx=ssl.create_default_context();ctx.check_hostname=False;ctx.verify_mode=ssl.CERT_NONE\n\
+try:\n  urllib.request.urlopen('{server}/api/v1/namespaces',context=ctx)\n  print('200')\nexcept urllib.error.HTTPError as e:\n  print(e.code)\n\
+print(urllib.request.urlopen('{server}/readyz',context=ctx).read().decode())\n"
+    );
+    let out = f.python(&script, &[]);
+    assert!(out.starts_with("401"), "{out}");
+    assert!(out.contains("ok"), "{out}");
+}
