@@ -1,0 +1,70 @@
+//! The error of every patch function, shaped so the API server can answer with a `Status`.
+
+use std::fmt;
+
+/// Why a patch could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchError {
+    /// The patch document is malformed (not the right JSON shape, a bad directive, a bad JSON
+    /// pointer): `400 BadRequest`.
+    BadRequest(String),
+    /// The patch is well formed but cannot be applied to this object (a missing path, a list
+    /// item without its merge key, mixed list element types): `422 Invalid`.
+    Invalid(String),
+    /// A JSON patch `test` operation failed: `422 Invalid`.
+    TestFailed(String),
+    /// Server-side apply conflicts with other field managers: `409 Conflict`.
+    Conflict(super::ApplyConflicts),
+}
+
+impl PatchError {
+    pub(crate) fn bad(msg: impl Into<String>) -> Self {
+        PatchError::BadRequest(msg.into())
+    }
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        PatchError::Invalid(msg.into())
+    }
+
+    /// The HTTP status code of the `Status` answer.
+    pub fn code(&self) -> u16 {
+        match self {
+            PatchError::BadRequest(_) => 400,
+            PatchError::Invalid(_) | PatchError::TestFailed(_) => 422,
+            PatchError::Conflict(_) => 409,
+        }
+    }
+
+    /// The `reason` of the `Status` answer.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            PatchError::BadRequest(_) => "BadRequest",
+            PatchError::Invalid(_) | PatchError::TestFailed(_) => "Invalid",
+            PatchError::Conflict(_) => "Conflict",
+        }
+    }
+
+    /// A complete `metav1.Status` for this error (the caller may add `details.name`/`kind`).
+    pub fn status(&self) -> serde_json::Value {
+        let mut s = serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.to_string(), "reason": self.reason(), "code": self.code(),
+        });
+        if let PatchError::Conflict(c) = self {
+            s["details"] = serde_json::json!({ "causes": c.causes() });
+        }
+        s
+    }
+}
+
+impl fmt::Display for PatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatchError::BadRequest(m) | PatchError::Invalid(m) | PatchError::TestFailed(m) => {
+                f.write_str(m)
+            }
+            PatchError::Conflict(c) => f.write_str(&c.message()),
+        }
+    }
+}
+
+impl std::error::Error for PatchError {}
