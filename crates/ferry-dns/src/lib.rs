@@ -1,3 +1,4 @@
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 //! ferry-dns: cluster DNS per the Kubernetes DNS specification.
 //!
 //! Layers: [`wire`] (packet parsing/encoding), [`index`] (slim projections, answers precomputed

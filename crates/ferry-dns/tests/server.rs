@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Loopback tests of the UDP/TCP servers, forwarding, caching, stub domains and the ACL.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
