@@ -30,7 +30,10 @@ impl FieldSelector {
     }
     /// The value a field must equal, when a `field=value` term says so.
     pub fn requires_exact_match(&self, field: &str) -> Option<&str> {
-        self.terms.iter().find(|t| t.field == field && !t.negated).map(|t| t.value.as_str())
+        self.terms
+            .iter()
+            .find(|t| t.field == field && !t.negated)
+            .map(|t| t.value.as_str())
     }
     /// Checks the selector against an object whose fields `get` reads. `get` answers `None` for a
     /// field the kind does not support; that is an error (`field label not supported: <field>`)
@@ -86,7 +89,11 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
         if in_slash {
             match c {
                 '\\' | ',' | '=' => out.push(c),
-                other => return Err(format!("invalid field selector: invalid escape sequence: \\{other}")),
+                other => {
+                    return Err(format!(
+                        "invalid field selector: invalid escape sequence: \\{other}"
+                    ));
+                }
             }
             in_slash = false;
             continue;
@@ -94,7 +101,12 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
         match c {
             '\\' => in_slash = true,
             // Go prints the rune with %v: its code point in decimal.
-            ',' | '=' => return Err(format!("invalid field selector: unescaped character in value: {}", c as u32)),
+            ',' | '=' => {
+                return Err(format!(
+                    "invalid field selector: unescaped character in value: {}",
+                    c as u32
+                ));
+            }
             other => out.push(other),
         }
     }
@@ -150,10 +162,16 @@ pub fn parse_field_selector(s: &str) -> Result<FieldSelector, String> {
             continue;
         }
         let Some((lhs, op, rhs)) = split_term(part) else {
-            return Err(format!("invalid selector: '{s}'; can't understand '{part}'"));
+            return Err(format!(
+                "invalid selector: '{s}'; can't understand '{part}'"
+            ));
         };
         let value = unescape_value(rhs)?;
-        terms.push(FieldTerm { field: lhs.to_string(), value, negated: op == "!=" });
+        terms.push(FieldTerm {
+            field: lhs.to_string(),
+            value,
+            negated: op == "!=",
+        });
     }
     Ok(FieldSelector { terms })
 }

@@ -114,11 +114,19 @@ impl Requirement {
         for (i, v) in values.iter().enumerate() {
             let value_errs = label_value_errors(v);
             if !value_errs.is_empty() {
-                errs.push(invalid(&format!("values[{i}][{key}]"), &go_quote(v), &value_errs.join("; ")));
+                errs.push(invalid(
+                    &format!("values[{i}][{key}]"),
+                    &go_quote(v),
+                    &value_errs.join("; "),
+                ));
             }
         }
         if errs.is_empty() {
-            Ok(Requirement { key: key.to_string(), operator, values })
+            Ok(Requirement {
+                key: key.to_string(),
+                operator,
+                values,
+            })
         } else {
             Err(aggregate(errs))
         }
@@ -131,14 +139,26 @@ impl Requirement {
             Operator::In | Operator::Equals | Operator::DoubleEquals => {
                 value.is_some_and(|v| self.values.iter().any(|x| x == v))
             }
-            Operator::NotIn | Operator::NotEquals => value.is_none_or(|v| !self.values.iter().any(|x| x == v)),
+            Operator::NotIn | Operator::NotEquals => {
+                value.is_none_or(|v| !self.values.iter().any(|x| x == v))
+            }
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
             Operator::GreaterThan | Operator::LessThan => {
-                let Some(Ok(have)) = value.map(|v| v.parse::<i64>()) else { return false };
-                let [want] = self.values.as_slice() else { return false };
-                let Ok(want) = want.parse::<i64>() else { return false };
-                if self.operator == Operator::GreaterThan { have > want } else { have < want }
+                let Some(Ok(have)) = value.map(|v| v.parse::<i64>()) else {
+                    return false;
+                };
+                let [want] = self.values.as_slice() else {
+                    return false;
+                };
+                let Ok(want) = want.parse::<i64>() else {
+                    return false;
+                };
+                if self.operator == Operator::GreaterThan {
+                    have > want
+                } else {
+                    have < want
+                }
             }
         }
     }
@@ -190,12 +210,18 @@ impl LabelSelector {
     }
     /// Matches no object (a nil `LabelSelector`).
     pub fn nothing() -> LabelSelector {
-        LabelSelector { requirements: Vec::new(), nothing: true }
+        LabelSelector {
+            requirements: Vec::new(),
+            nothing: true,
+        }
     }
     /// Builds a selector from requirements, sorted by key as upstream does.
     pub fn from_requirements(mut requirements: Vec<Requirement>) -> LabelSelector {
         requirements.sort_by(|a, b| a.key.cmp(&b.key));
-        LabelSelector { requirements, nothing: false }
+        LabelSelector {
+            requirements,
+            nothing: false,
+        }
     }
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
@@ -239,7 +265,11 @@ impl fmt::Display for LabelSelector {
 pub fn selector_from_map(map: &BTreeMap<String, String>) -> LabelSelector {
     LabelSelector::from_requirements(
         map.iter()
-            .map(|(k, v)| Requirement { key: k.clone(), operator: Operator::Equals, values: vec![v.clone()] })
+            .map(|(k, v)| Requirement {
+                key: k.clone(),
+                operator: Operator::Equals,
+                values: vec![v.clone()],
+            })
             .collect(),
     )
 }
@@ -257,15 +287,26 @@ pub fn from_label_selector(selector: &meta::LabelSelector) -> Result<LabelSelect
             "NotIn" => Operator::NotIn,
             "Exists" => Operator::Exists,
             "DoesNotExist" => Operator::DoesNotExist,
-            other => return Err(format!("{} is not a valid label selector operator", go_quote(other))),
+            other => {
+                return Err(format!(
+                    "{} is not a valid label selector operator",
+                    go_quote(other)
+                ));
+            }
         };
-        reqs.push(Requirement::new(&expr.key, op, expr.values.clone().unwrap_or_default())?);
+        reqs.push(Requirement::new(
+            &expr.key,
+            op,
+            expr.values.clone().unwrap_or_default(),
+        )?);
     }
     Ok(LabelSelector::from_requirements(reqs))
 }
 
 /// Like [`from_label_selector`], but a missing (nil) selector matches nothing.
-pub fn from_optional_label_selector(selector: Option<&meta::LabelSelector>) -> Result<LabelSelector, String> {
+pub fn from_optional_label_selector(
+    selector: Option<&meta::LabelSelector>,
+) -> Result<LabelSelector, String> {
     match selector {
         None => Ok(LabelSelector::nothing()),
         Some(s) => from_label_selector(s),
@@ -279,15 +320,30 @@ pub fn format_label_selector(selector: Option<&meta::LabelSelector>) -> String {
         Err(_) => "<error>".to_string(),
         Ok(s) => {
             let text = s.to_string();
-            if text.is_empty() { "<none>".to_string() } else { text }
+            if text.is_empty() {
+                "<none>".to_string()
+            } else {
+                text
+            }
         }
     }
 }
 
 /// Upstream's `labels.FormatLabels`: `k=v` pairs sorted by key, `<none>` when empty.
 pub fn format_labels(map: Option<&BTreeMap<String, String>>) -> String {
-    let text = map.map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")).unwrap_or_default();
-    if text.is_empty() { "<none>".to_string() } else { text }
+    let text = map
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    if text.is_empty() {
+        "<none>".to_string()
+    } else {
+        text
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,8 +445,19 @@ struct Parser {
 impl Parser {
     /// The current token; `values` turns the keywords `in`/`notin` into identifiers.
     fn peek(&self, values: bool) -> (Tok, &str) {
-        let (t, l) = self.items.get(self.pos).map(|(t, l)| (*t, l.as_str())).unwrap_or((Tok::End, ""));
-        (if values && matches!(t, Tok::In | Tok::NotIn) { Tok::Ident } else { t }, l)
+        let (t, l) = self
+            .items
+            .get(self.pos)
+            .map(|(t, l)| (*t, l.as_str()))
+            .unwrap_or((Tok::End, ""));
+        (
+            if values && matches!(t, Tok::In | Tok::NotIn) {
+                Tok::Ident
+            } else {
+                t
+            },
+            l,
+        )
     }
     fn next(&mut self, values: bool) -> (Tok, String) {
         let (t, l) = self.peek(values);
@@ -405,7 +472,9 @@ impl Parser {
             let (tok, lit) = self.peek(true);
             match tok {
                 Tok::Ident | Tok::Not => {
-                    let r = self.requirement().map_err(|e| format!("unable to parse requirement: {e}"))?;
+                    let r = self
+                        .requirement()
+                        .map_err(|e| format!("unable to parse requirement: {e}"))?;
                     reqs.push(r);
                     let (t, l) = self.next(true);
                     match t {
@@ -413,14 +482,20 @@ impl Parser {
                         Tok::Comma => {
                             let (t2, l2) = self.peek(true);
                             if t2 != Tok::Ident && t2 != Tok::Not {
-                                return Err(format!("found '{l2}', expected: identifier after ','"));
+                                return Err(format!(
+                                    "found '{l2}', expected: identifier after ','"
+                                ));
                             }
                         }
                         _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
                     }
                 }
                 Tok::End => return Ok(reqs),
-                _ => return Err(format!("found '{lit}', expected: !, identifier, or 'end of string'")),
+                _ => {
+                    return Err(format!(
+                        "found '{lit}', expected: !, identifier, or 'end of string'"
+                    ));
+                }
             }
         }
     }
@@ -456,7 +531,11 @@ impl Parser {
             Tok::Less => Operator::LessThan,
             Tok::NotIn => Operator::NotIn,
             Tok::NotEquals => Operator::NotEquals,
-            _ => return Err(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt")),
+            _ => {
+                return Err(format!(
+                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
+                ));
+            }
         };
         let mut values = match op {
             Operator::In | Operator::NotIn => self.set_values()?,
@@ -530,14 +609,21 @@ impl Parser {
             return Ok(vec![String::new()]);
         }
         let (t, lit) = self.next(true);
-        if t == Tok::Ident { Ok(vec![lit]) } else { Err(format!("found '{lit}', expected: identifier")) }
+        if t == Tok::Ident {
+            Ok(vec![lit])
+        } else {
+            Err(format!("found '{lit}', expected: identifier"))
+        }
     }
 }
 
 /// Parses a label selector string as upstream's `labels.Parse`. The empty string (or only
 /// whitespace) matches everything.
 pub fn parse_label_selector(s: &str) -> Result<LabelSelector, String> {
-    let mut p = Parser { items: lex(s), pos: 0 };
+    let mut p = Parser {
+        items: lex(s),
+        pos: 0,
+    };
     let reqs = p.parse()?;
     Ok(LabelSelector::from_requirements(reqs))
 }
@@ -546,11 +632,11 @@ pub fn parse_label_selector(s: &str) -> Result<LabelSelector, String> {
 // Validation of keys and values, with upstream's messages.
 
 const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const QUALIFIED_NAME_MSG: &str =
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const QUALIFIED_NAME_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 
 /// Upstream's `validation.RegexError` text.
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -594,7 +680,11 @@ fn dns1123_subdomain_errors(s: &str) -> Vec<String> {
         errs.push("must be no more than 253 characters".to_string());
     }
     if !s.split('.').all(is_dns1123_label) {
-        errs.push(regex_error(DNS1123_SUBDOMAIN_MSG, DNS1123_SUBDOMAIN_FMT, &["example.com"]));
+        errs.push(regex_error(
+            DNS1123_SUBDOMAIN_MSG,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
     }
     errs
 }
@@ -609,7 +699,11 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_string());
             } else {
-                errs.extend(dns1123_subdomain_errors(prefix).into_iter().map(|m| format!("prefix part {m}")));
+                errs.extend(
+                    dns1123_subdomain_errors(prefix)
+                        .into_iter()
+                        .map(|m| format!("prefix part {m}")),
+                );
             }
             *name
         }
@@ -629,7 +723,11 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
     if !is_qualified_name_part(name) {
         errs.push(format!(
             "name part {}",
-            regex_error(QUALIFIED_NAME_MSG, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            regex_error(
+                QUALIFIED_NAME_MSG,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
     errs
@@ -660,7 +758,11 @@ fn invalid(path: &str, value: &str, detail: &str) -> String {
 fn aggregate(mut errs: Vec<String>) -> String {
     let mut seen = std::collections::HashSet::new();
     errs.retain(|e| seen.insert(e.clone()));
-    if errs.len() == 1 { errs.remove(0) } else { format!("[{}]", errs.join(", ")) }
+    if errs.len() == 1 {
+        errs.remove(0)
+    } else {
+        format!("[{}]", errs.join(", "))
+    }
 }
 
 /// Go's `%q` for ordinary strings.
@@ -673,7 +775,9 @@ pub(crate) fn go_quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
             '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -686,5 +790,8 @@ fn go_string_slice(v: &[String]) -> String {
     if v.is_empty() {
         return "[]string(nil)".to_string();
     }
-    format!("[]string{{{}}}", v.iter().map(|s| go_quote(s)).collect::<Vec<_>>().join(", "))
+    format!(
+        "[]string{{{}}}",
+        v.iter().map(|s| go_quote(s)).collect::<Vec<_>>().join(", ")
+    )
 }

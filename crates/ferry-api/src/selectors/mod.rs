@@ -13,8 +13,8 @@ mod tests;
 
 pub use fields::{FieldSelector, FieldTerm, escape_value, parse_field_selector, unescape_value};
 pub use labels::{
-    LabelSelector, Operator, Requirement, format_label_selector, format_labels, from_label_selector,
-    from_optional_label_selector, parse_label_selector, selector_from_map,
+    LabelSelector, Operator, Requirement, format_label_selector, format_labels,
+    from_label_selector, from_optional_label_selector, parse_label_selector, selector_from_map,
 };
 
 use k8s_openapi::api::apps::v1 as apps;
@@ -37,9 +37,13 @@ pub fn namespace(obj: &core::Namespace, field: &str) -> Option<String> {
 
 pub fn node(obj: &core::Node, field: &str) -> Option<String> {
     match field {
-        "spec.unschedulable" => {
-            Some(obj.spec.as_ref().and_then(|sp| sp.unschedulable).unwrap_or(false).to_string())
-        }
+        "spec.unschedulable" => Some(
+            obj.spec
+                .as_ref()
+                .and_then(|sp| sp.unschedulable)
+                .unwrap_or(false)
+                .to_string(),
+        ),
         _ => None,
     }
 }
@@ -53,10 +57,17 @@ pub fn pod(obj: &core::Pod, field: &str) -> Option<String> {
         "spec.restartPolicy" => s(&spec.and_then(|sp| sp.restart_policy.clone())),
         "spec.schedulerName" => s(&spec.and_then(|sp| sp.scheduler_name.clone())),
         "spec.serviceAccountName" => s(&spec.and_then(|sp| sp.service_account_name.clone())),
-        "spec.hostNetwork" => Some(spec.and_then(|sp| sp.host_network).unwrap_or(false).to_string()),
+        "spec.hostNetwork" => Some(
+            spec.and_then(|sp| sp.host_network)
+                .unwrap_or(false)
+                .to_string(),
+        ),
         "status.phase" => s(&status.and_then(|st| st.phase.clone())),
         "status.podIP" => {
-            let from_list = status.and_then(|st| st.pod_ips.as_ref()).and_then(|ips| ips.first()).map(|ip| ip.ip.clone());
+            let from_list = status
+                .and_then(|st| st.pod_ips.as_ref())
+                .and_then(|ips| ips.first())
+                .map(|ip| ip.ip.clone());
             s(&from_list.or_else(|| status.and_then(|st| st.pod_ip.clone())))
         }
         "status.nominatedNodeName" => s(&status.and_then(|st| st.nominated_node_name.clone())),
@@ -101,7 +112,11 @@ pub fn core_event(obj: &core::Event, field: &str) -> Option<String> {
         "reason" => s(&obj.reason),
         "reportingComponent" => s(&obj.reporting_component),
         "source" => {
-            let component = obj.source.as_ref().and_then(|src| src.component.clone()).filter(|c| !c.is_empty());
+            let component = obj
+                .source
+                .as_ref()
+                .and_then(|src| src.component.clone())
+                .filter(|c| !c.is_empty());
             s(&component.or_else(|| obj.reporting_component.clone()))
         }
         "type" => s(&obj.type_),
@@ -119,7 +134,13 @@ pub fn deployment(_obj: &apps::Deployment, _field: &str) -> Option<String> {
 
 pub fn replica_set(obj: &apps::ReplicaSet, field: &str) -> Option<String> {
     match field {
-        "status.replicas" => Some(obj.status.as_ref().map(|st| st.replicas).unwrap_or(0).to_string()),
+        "status.replicas" => Some(
+            obj.status
+                .as_ref()
+                .map(|st| st.replicas)
+                .unwrap_or(0)
+                .to_string(),
+        ),
         _ => None,
     }
 }

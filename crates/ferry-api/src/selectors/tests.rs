@@ -6,7 +6,10 @@ use serde_json::json;
 use super::*;
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 #[test]
@@ -87,33 +90,61 @@ fn label_selector_parse_errors() {
     }
     let long = "a".repeat(64);
     let err = parse_label_selector(&long).expect_err("too long");
-    assert!(err.contains("name part must be no more than 63 characters"), "{err}");
+    assert!(
+        err.contains("name part must be no more than 63 characters"),
+        "{err}"
+    );
     let err = parse_label_selector(&format!("a={long}")).expect_err("too long");
-    assert!(err.contains("values[0][a]: Invalid value:") && err.contains("must be no more than 63 characters"), "{err}");
+    assert!(
+        err.contains("values[0][a]: Invalid value:")
+            && err.contains("must be no more than 63 characters"),
+        "{err}"
+    );
 }
 
 #[test]
 fn structured_label_selectors() {
     let set = labels(&[("app", "web"), ("tier", "front")]);
-    let cases: &[(serde_json::Value, Result<(&str, bool), &str>)] = &[
+    // (selector, Ok((string form, matches)) or Err(message))
+    type Case<'a> = (serde_json::Value, Result<(&'a str, bool), &'a str>);
+    let cases: &[Case] = &[
         (json!({}), Ok(("", true))),
-        (json!({"matchLabels": {"app": "web"}}), Ok(("app=web", true))),
+        (
+            json!({"matchLabels": {"app": "web"}}),
+            Ok(("app=web", true)),
+        ),
         (
             json!({"matchLabels": {"tier": "front"}, "matchExpressions": [
                 {"key": "app", "operator": "In", "values": ["web", "db"]}]}),
             Ok(("app in (db,web),tier=front", true)),
         ),
-        (json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}), Ok(("app notin (web)", false))),
-        (json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]}), Ok(("app", true))),
-        (json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}), Ok(("!app", false))),
-        (json!({"matchExpressions": [{"key": "app", "operator": "Foo"}]}), Err("\"Foo\" is not a valid label selector operator")),
+        (
+            json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}),
+            Ok(("app notin (web)", false)),
+        ),
+        (
+            json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]}),
+            Ok(("app", true)),
+        ),
+        (
+            json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}),
+            Ok(("!app", false)),
+        ),
+        (
+            json!({"matchExpressions": [{"key": "app", "operator": "Foo"}]}),
+            Err("\"Foo\" is not a valid label selector operator"),
+        ),
         (
             json!({"matchExpressions": [{"key": "app", "operator": "In", "values": []}]}),
-            Err("values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty"),
+            Err(
+                "values: Invalid value: []string(nil): for 'in', 'notin' operators, values set can't be empty",
+            ),
         ),
         (
             json!({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["a"]}]}),
-            Err("values: Invalid value: []string{\"a\"}: values set must be empty for exists and does not exist"),
+            Err(
+                "values: Invalid value: []string{\"a\"}: values set must be empty for exists and does not exist",
+            ),
         ),
     ];
     for (raw, want) in cases {
@@ -128,11 +159,20 @@ fn structured_label_selectors() {
         }
     }
     let nothing = from_optional_label_selector(None).expect("nil");
-    assert!(nothing.is_nothing() && !nothing.is_empty() && !nothing.matches(&set) && !nothing.matches(&BTreeMap::new()));
-    let everything = from_optional_label_selector(Some(&meta::LabelSelector::default())).expect("empty");
+    assert!(
+        nothing.is_nothing()
+            && !nothing.is_empty()
+            && !nothing.matches(&set)
+            && !nothing.matches(&BTreeMap::new())
+    );
+    let everything =
+        from_optional_label_selector(Some(&meta::LabelSelector::default())).expect("empty");
     assert!(everything.is_empty() && everything.matches(&BTreeMap::new()));
     assert_eq!(format_label_selector(None), "<none>");
-    assert_eq!(format_label_selector(Some(&meta::LabelSelector::default())), "<none>");
+    assert_eq!(
+        format_label_selector(Some(&meta::LabelSelector::default())),
+        "<none>"
+    );
 }
 
 #[test]
@@ -143,7 +183,10 @@ fn map_selectors() {
     assert!(!sel.matches(&BTreeMap::new()));
     assert_eq!(sel.requires_exact_match("app"), Some("web"));
     assert!(selector_from_map(&BTreeMap::new()).matches(&BTreeMap::new()));
-    assert_eq!(format_labels(Some(&labels(&[("b", "2"), ("a", "1")]))), "a=1,b=2");
+    assert_eq!(
+        format_labels(Some(&labels(&[("b", "2"), ("a", "1")]))),
+        "a=1,b=2"
+    );
     assert_eq!(format_labels(None), "<none>");
 }
 
@@ -169,13 +212,26 @@ fn field_selector_parse_and_match() {
         ("spec.nodeName!=", Ok(false)),
         ("odd=a\\,b\\=c\\\\d", Ok(true)),
         ("metadata.name=web-1,", Ok(true)),
-        ("status.phase=Running,spec.unknown=x", Err("field label not supported: spec.unknown")),
-        ("status.phase=Failed,spec.unknown=x", Err("field label not supported: spec.unknown")),
-        (" status.phase=Running", Err("field label not supported:  status.phase")),
+        (
+            "status.phase=Running,spec.unknown=x",
+            Err("field label not supported: spec.unknown"),
+        ),
+        (
+            "status.phase=Failed,spec.unknown=x",
+            Err("field label not supported: spec.unknown"),
+        ),
+        (
+            " status.phase=Running",
+            Err("field label not supported:  status.phase"),
+        ),
     ];
     for (input, want) in cases {
         let sel = parse_field_selector(input).unwrap_or_else(|e| panic!("{input:?}: {e}"));
-        assert_eq!(sel.matches(fields), want.map_err(str::to_string), "{input:?}");
+        assert_eq!(
+            sel.matches(fields),
+            want.map_err(str::to_string),
+            "{input:?}"
+        );
     }
     let sel = parse_field_selector("metadata.name=a\\,b,status.phase!=x").expect("parse");
     assert_eq!(sel.requires_exact_match("metadata.name"), Some("a,b"));
@@ -187,14 +243,33 @@ fn field_selector_parse_and_match() {
 fn field_selector_parse_errors() {
     let cases: &[(&str, &str)] = &[
         ("foo", "invalid selector: 'foo'; can't understand 'foo'"),
-        ("a=b,foo", "invalid selector: 'a=b,foo'; can't understand 'foo'"),
-        ("a=b=c", "invalid field selector: unescaped character in value: 61"),
-        ("a!==b", "invalid field selector: unescaped character in value: 61"),
-        ("a=b\\x", "invalid field selector: invalid escape sequence: \\x"),
-        ("a=b\\", "invalid field selector: invalid escape sequence: \\"),
+        (
+            "a=b,foo",
+            "invalid selector: 'a=b,foo'; can't understand 'foo'",
+        ),
+        (
+            "a=b=c",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        (
+            "a!==b",
+            "invalid field selector: unescaped character in value: 61",
+        ),
+        (
+            "a=b\\x",
+            "invalid field selector: invalid escape sequence: \\x",
+        ),
+        (
+            "a=b\\",
+            "invalid field selector: invalid escape sequence: \\",
+        ),
     ];
     for (input, want) in cases {
-        assert_eq!(parse_field_selector(input), Err(want.to_string()), "{input:?}");
+        assert_eq!(
+            parse_field_selector(input),
+            Err(want.to_string()),
+            "{input:?}"
+        );
     }
 }
 
@@ -228,7 +303,10 @@ fn per_kind_fields() {
         assert_eq!(pod(&po, field).as_deref(), *want, "pod {field}");
     }
     let empty_pod: k8s_openapi::api::core::v1::Pod = typed(json!({"metadata": {"name": "p"}}));
-    assert_eq!(pod(&empty_pod, "spec.hostNetwork").as_deref(), Some("false"));
+    assert_eq!(
+        pod(&empty_pod, "spec.hostNetwork").as_deref(),
+        Some("false")
+    );
     assert_eq!(pod(&empty_pod, "spec.nodeName").as_deref(), Some(""));
 
     let ev: k8s_openapi::api::core::v1::Event = typed(json!({
@@ -272,19 +350,32 @@ fn per_kind_fields() {
         ("source", None),
     ];
     for (field, want) in cases {
-        assert_eq!(events_event(&ev2, field).as_deref(), *want, "events.k8s.io event {field}");
+        assert_eq!(
+            events_event(&ev2, field).as_deref(),
+            *want,
+            "events.k8s.io event {field}"
+        );
     }
 
-    let secret_obj: k8s_openapi::api::core::v1::Secret = typed(json!({"metadata": {"name": "s"}, "type": "Opaque"}));
+    let secret_obj: k8s_openapi::api::core::v1::Secret =
+        typed(json!({"metadata": {"name": "s"}, "type": "Opaque"}));
     assert_eq!(secret(&secret_obj, "type").as_deref(), Some("Opaque"));
     assert_eq!(secret(&secret_obj, "data"), None);
-    let ns: k8s_openapi::api::core::v1::Namespace = typed(json!({"metadata": {"name": "n"}, "status": {"phase": "Active"}}));
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        typed(json!({"metadata": {"name": "n"}, "status": {"phase": "Active"}}));
     assert_eq!(namespace(&ns, "status.phase").as_deref(), Some("Active"));
-    let node_obj: k8s_openapi::api::core::v1::Node = typed(json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}));
-    assert_eq!(node(&node_obj, "spec.unschedulable").as_deref(), Some("true"));
-    let rs: k8s_openapi::api::apps::v1::ReplicaSet = typed(json!({"metadata": {"name": "r"}, "status": {"replicas": 3}}));
+    let node_obj: k8s_openapi::api::core::v1::Node =
+        typed(json!({"metadata": {"name": "n"}, "spec": {"unschedulable": true}}));
+    assert_eq!(
+        node(&node_obj, "spec.unschedulable").as_deref(),
+        Some("true")
+    );
+    let rs: k8s_openapi::api::apps::v1::ReplicaSet =
+        typed(json!({"metadata": {"name": "r"}, "status": {"replicas": 3}}));
     assert_eq!(replica_set(&rs, "status.replicas").as_deref(), Some("3"));
-    let svc: k8s_openapi::api::core::v1::Service = typed(json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "None", "type": "ClusterIP"}}));
+    let svc: k8s_openapi::api::core::v1::Service = typed(
+        json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "None", "type": "ClusterIP"}}),
+    );
     assert_eq!(service(&svc, "spec.clusterIP").as_deref(), Some("None"));
     assert_eq!(service(&svc, "spec.type").as_deref(), Some("ClusterIP"));
     assert_eq!(service(&svc, "spec.ports"), None);
