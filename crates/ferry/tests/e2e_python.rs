@@ -28,22 +28,26 @@ fn acknowledged_creates_survive_kill9() {
         .spawn()
         .expect("python");
     let stdout = child.stdout.take().expect("stdout");
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = acked.clone();
     let reader = std::thread::spawn(move || {
-        let mut acked = Vec::new();
         for line in BufReader::new(stdout).lines() {
             match line {
-                Ok(l) => acked.push(l),
+                Ok(l) => sink.lock().expect("lock").push(l),
                 Err(_) => break,
             }
         }
-        acked
     });
-    // Kill the server mid-stream.
+    // Kill the server mid-stream, once a few hundred creates were acknowledged.
     let start = Instant::now();
-    std::thread::sleep(Duration::from_millis(2500));
+    while acked.lock().expect("lock").len() < 300 && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     f.kill9();
     let _ = child.wait();
-    let acked = reader.join().expect("reader");
+    reader.join().expect("reader");
+    let acked = acked.lock().expect("lock").clone();
+    assert!(acked.len() < 2000, "the stream finished before the kill");
     assert!(!acked.is_empty(), "no create was acknowledged in {:?}", start.elapsed());
     f.restart();
     let list = json(&f.k("kubectl", &["get", "cm", "-o", "json"]));
