@@ -44,8 +44,16 @@ fn model() -> Model {
         let ns = ns_of(i);
         let name = format!("svc-{i}");
         let headless = i % HEADLESS_EVERY == 0;
-        let kind = if headless { ServiceKind::Headless } else { ServiceKind::ClusterIp(vec![IpAddr::V4(svc_ip(i))]) };
-        let port = PortInfo { name: "http".into(), protocol: "tcp".into(), port: 80 };
+        let kind = if headless {
+            ServiceKind::Headless
+        } else {
+            ServiceKind::ClusterIp(vec![IpAddr::V4(svc_ip(i))])
+        };
+        let port = PortInfo {
+            name: "http".into(),
+            protocol: "tcp".into(),
+            port: 80,
+        };
         services.push(ServiceInfo {
             namespace: ns.clone(),
             name: name.clone(),
@@ -58,7 +66,11 @@ fn model() -> Model {
                 .map(|e| {
                     let ip = IpAddr::V4(pod_ip(next_pod % PODS));
                     next_pod += 1;
-                    EndpointInfo { ip, hostname: Some(format!("h{e}")), ready: true }
+                    EndpointInfo {
+                        ip,
+                        hostname: Some(format!("h{e}")),
+                        ready: true,
+                    }
                 })
                 .collect();
             slices.push(SliceInfo {
@@ -71,13 +83,24 @@ fn model() -> Model {
         }
     }
     let pods = (0..PODS)
-        .map(|i| PodInfo { namespace: ns_of(i), name: format!("pod-{i}"), ips: vec![IpAddr::V4(pod_ip(i))] })
+        .map(|i| PodInfo {
+            namespace: ns_of(i),
+            name: format!("pod-{i}"),
+            ips: vec![IpAddr::V4(pod_ip(i))],
+        })
         .collect();
-    Model { services, slices, pods }
+    Model {
+        services,
+        slices,
+        pods,
+    }
 }
 
 fn build_index(m: Model) -> Index {
-    let mut idx = Index::new(ZoneConfig { pods: PodsMode::Verified, ..ZoneConfig::default() });
+    let mut idx = Index::new(ZoneConfig {
+        pods: PodsMode::Verified,
+        ..ZoneConfig::default()
+    });
     for s in m.services {
         idx.upsert_service(s);
     }
@@ -93,7 +116,10 @@ fn build_index(m: Model) -> Index {
 fn zone_file(m: &Model) -> String {
     let mut z = String::with_capacity(32 << 20);
     let _ = writeln!(z, "$ORIGIN {ZONE}.\n$TTL 5");
-    let _ = writeln!(z, "@ IN SOA ns.dns.{ZONE}. hostmaster.{ZONE}. 1 7200 1800 86400 5");
+    let _ = writeln!(
+        z,
+        "@ IN SOA ns.dns.{ZONE}. hostmaster.{ZONE}. 1 7200 1800 86400 5"
+    );
     let _ = writeln!(z, "@ IN NS ns.dns.{ZONE}.");
     let _ = writeln!(z, "ns.dns IN A 127.0.0.1");
     let _ = writeln!(z, "dns-version IN TXT \"1.1.0\"");
@@ -107,13 +133,19 @@ fn zone_file(m: &Model) -> String {
                 let _ = writeln!(z, "_http._tcp.{base} IN SRV 0 100 80 {base}.{ZONE}.");
             }
             _ => {
-                let slice = m.slices.iter().find(|sl| sl.service == s.name && sl.namespace == s.namespace);
+                let slice = m
+                    .slices
+                    .iter()
+                    .find(|sl| sl.service == s.name && sl.namespace == s.namespace);
                 for ep in slice.map(|s| s.endpoints.as_slice()).unwrap_or_default() {
                     let host = ep.hostname.clone().unwrap_or_default();
                     let _ = writeln!(z, "{base} IN A {}", ep.ip);
                     let _ = writeln!(z, "{host}.{base} IN A {}", ep.ip);
                     let w = 100 / ENDPOINTS_PER_HEADLESS;
-                    let _ = writeln!(z, "_http._tcp.{base} IN SRV 0 {w} 8080 {host}.{base}.{ZONE}.");
+                    let _ = writeln!(
+                        z,
+                        "_http._tcp.{base} IN SRV 0 {w} 8080 {host}.{base}.{ZONE}."
+                    );
                 }
             }
         }
@@ -150,7 +182,12 @@ fn queries(m: &Model) -> String {
             let p = &m.pods[rnd(PODS)];
             let _ = writeln!(q, "{}.{}.pod.{ZONE} A", ip_label(&p.ips[0]), p.namespace);
         } else {
-            let _ = writeln!(q, "missing-{}.ns-{}.svc.{ZONE} A", rnd(1_000_000), rnd(NAMESPACES));
+            let _ = writeln!(
+                q,
+                "missing-{}.ns-{}.svc.{ZONE} A",
+                rnd(1_000_000),
+                rnd(NAMESPACES)
+            );
         }
     }
     q
@@ -167,18 +204,33 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(dir.join("queries.txt"), queries(&m))?;
         }
         Some("serve") => {
-            let listen = args.get(2).map(String::as_str).unwrap_or("127.0.0.1:15353").parse()?;
+            let listen = args
+                .get(2)
+                .map(String::as_str)
+                .unwrap_or("127.0.0.1:15353")
+                .parse()?;
             let workers = args.get(3).and_then(|w| w.parse().ok()).unwrap_or(1);
             let idx = build_index(model());
-            eprintln!("index: {} services, {} pods", idx.service_count(), idx.pod_count());
+            eprintln!(
+                "index: {} services, {} pods",
+                idx.service_count(),
+                idx.pod_count()
+            );
             let cfg = ServerConfig {
                 listen,
                 udp_workers: workers,
                 allow_recursion_from: vec![],
-                forward: ForwardConfig { upstreams: vec![], stubs: vec![], timeout: std::time::Duration::from_secs(1) },
+                forward: ForwardConfig {
+                    upstreams: vec![],
+                    stubs: vec![],
+                    timeout: std::time::Duration::from_secs(1),
+                },
             };
             let running = start_with_index(idx, cfg).await?;
-            eprintln!("serving on {} (udp) {} (tcp)", running.udp_addr, running.tcp_addr);
+            eprintln!(
+                "serving on {} (udp) {} (tcp)",
+                running.udp_addr, running.tcp_addr
+            );
             tokio::signal::ctrl_c().await?;
             running.stop().await?;
         }

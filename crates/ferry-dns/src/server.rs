@@ -86,6 +86,7 @@ struct Inner {
 struct AnswerCache {
     generation: u64,
     map: HashMap<Vec<u8>, Vec<u8>>,
+    key: Vec<u8>,
 }
 
 enum Step {
@@ -106,7 +107,7 @@ impl Inner {
     /// Everything that can be answered without IO. `limit` is the transport's size limit
     /// (None for TCP).
     fn handle_local(&self, pkt: &[u8], src: IpAddr, udp: bool, cache: &mut AnswerCache) -> Step {
-        let req = match wire::parse_request(pkt) {
+        let mut req = match wire::parse_request_lazy(pkt) {
             Ok(r) => r,
             Err(ParseError::Drop) => return Step::Drop,
             Err(ParseError::Reply {
@@ -131,7 +132,9 @@ impl Inner {
             cache.map.clear();
             cache.generation = gen_now;
         }
-        let mut key = req.question_wire.to_ascii_lowercase();
+        let key = &mut cache.key;
+        key.clear();
+        key.extend(req.question_wire.iter().map(u8::to_ascii_lowercase));
         key.push(
             u8::from(req.recursion_desired)
                 | (u8::from(req.checking_disabled) << 1)
@@ -139,7 +142,7 @@ impl Inner {
                 | (u8::from(req.edns.is_some_and(|e| e.dnssec_ok)) << 3),
         );
         key.extend_from_slice(&(limit as u16).to_be_bytes());
-        if let Some(hit) = cache.map.get(&key) {
+        if let Some(hit) = cache.map.get(cache.key.as_slice()) {
             self.metrics.answer_cache_hits.inc();
             let mut out = hit.clone();
             out[0..2].copy_from_slice(&req.id.to_be_bytes());
@@ -147,20 +150,20 @@ impl Inner {
             let rcode = u16::from(out[3] & 0x0F);
             return Step::Reply(out, req.qtype, rcode);
         }
-        let Some(name) = req.qname.as_deref() else {
+        let Some(name) = req.compute_qname() else {
             return self.forward_or_refuse(&req, src);
         };
         let outcome = {
             let idx = self.index.read();
-            answer(
-                &Question {
-                    name,
-                    qtype: req.qtype,
-                    qclass: req.qclass,
-                },
-                &idx,
-            )
+            let q = Question {
+                name: &name,
+                qtype: req.qtype,
+                qclass: req.qclass,
+            };
+            answer(&q, &idx)
         };
+        // The encoder compresses owner names against the question name.
+        req.qname = Some(name);
         match outcome {
             Outcome::Answer(resp) => {
                 self.metrics.answer_cache_misses.inc();
@@ -168,7 +171,7 @@ impl Inner {
                 if cache.map.len() >= ANSWER_CACHE_MAX {
                     cache.map.clear();
                 }
-                cache.map.insert(key, out.clone());
+                cache.map.insert(cache.key.clone(), out.clone());
                 Step::Reply(out, req.qtype, resp.rcode)
             }
             Outcome::Forward => self.forward_or_refuse(&req, src),

@@ -52,6 +52,8 @@ pub struct Request<'a> {
     /// Lower-cased, dot-separated, without the trailing dot (root = "").
     /// `None` if a label contains bytes that cannot appear in a cluster name ('.' or non-printable).
     pub qname: Option<String>,
+    /// Whether the question name could be a cluster name (see `qname`).
+    pub printable: bool,
     pub qtype: u16,
     pub qclass: u16,
     pub edns: Option<Edns>,
@@ -62,6 +64,30 @@ impl Request<'_> {
     pub fn lower_qname_wire(&self) -> Vec<u8> {
         let n = self.question_wire.len() - 4;
         self.question_wire[..n].to_ascii_lowercase()
+    }
+
+    /// The lower-cased dotted question name, computed from the wire form (for requests parsed
+    /// with `parse_request_lazy`). None if it cannot be a cluster name.
+    pub fn compute_qname(&self) -> Option<String> {
+        if !self.printable {
+            return None;
+        }
+        let wire = &self.question_wire[..self.question_wire.len() - 4];
+        let mut out = String::with_capacity(wire.len());
+        let mut pos = 0;
+        while let Some(&len) = wire.get(pos) {
+            if len == 0 {
+                break;
+            }
+            if !out.is_empty() {
+                out.push('.');
+            }
+            for &c in wire.get(pos + 1..pos + 1 + len as usize)? {
+                out.push(c.to_ascii_lowercase() as char);
+            }
+            pos += 1 + len as usize;
+        }
+        Some(out)
     }
 
     /// Largest response this client accepts over UDP.
@@ -190,6 +216,16 @@ impl<'a> Reader<'a> {
 
 /// Parses a query packet. Never panics, whatever the input.
 pub fn parse_request(buf: &[u8]) -> Result<Request<'_>, ParseError> {
+    parse(buf, true)
+}
+
+/// Like [`parse_request`] but leaves `qname` unset (see [`Request::compute_qname`]): the hot path
+/// looks up its answer cache by the wire name first.
+pub fn parse_request_lazy(buf: &[u8]) -> Result<Request<'_>, ParseError> {
+    parse(buf, false)
+}
+
+fn parse(buf: &[u8], want_name: bool) -> Result<Request<'_>, ParseError> {
     if buf.len() < HEADER_LEN {
         return Err(ParseError::Drop);
     }
@@ -247,14 +283,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Request<'_>, ParseError> {
         let Some(label) = buf.get(pos..pos + len as usize) else {
             return Err(formerr);
         };
-        if !name.is_empty() {
+        if want_name && !name.is_empty() {
             name.push('.');
         }
         for &c in label {
             if c == b'.' || !c.is_ascii_graphic() {
                 printable = false;
             }
-            name.push(c.to_ascii_lowercase() as char);
+            if want_name {
+                name.push(c.to_ascii_lowercase() as char);
+            }
         }
         pos += len as usize;
     }
@@ -300,7 +338,8 @@ pub fn parse_request(buf: &[u8]) -> Result<Request<'_>, ParseError> {
         recursion_desired: rd,
         checking_disabled: cd,
         question_wire,
-        qname: printable.then_some(name),
+        qname: (printable && want_name).then_some(name),
+        printable,
         qtype,
         qclass,
         edns,
@@ -745,6 +784,9 @@ mod tests {
             })
         );
         assert_eq!(r.udp_limit(), 4096);
+        let lazy = parse_request_lazy(&q).unwrap();
+        assert_eq!(lazy.qname, None);
+        assert_eq!(lazy.compute_qname(), r.qname);
 
         let cases: Vec<(Vec<u8>, Result<(), ParseError>)> = vec![
             (vec![], Err(ParseError::Drop)),
