@@ -68,6 +68,8 @@ fn label_selector_parse_errors() {
         ("a in (b", "unable to parse requirement: found '', expected: ',' or ')'".into()),
         ("a in (=)", "unable to parse requirement: found '=', expected: ',', ')' or identifier".into()),
         ("a==(", "unable to parse requirement: found '(', expected: identifier".into()),
+        // Upstream's quirk: an empty value after a non-empty one, right before `)`.
+        ("x in (a,,)", "unable to parse requirement: found ')', expected: ',', or identifier".into()),
         ("a$b=c", format!("unable to parse requirement: <nil>: Invalid value: \"a$b\": {name_regex}")),
         ("a=b$", format!("unable to parse requirement: values[0][a]: Invalid value: \"b$\": {value_regex}")),
         (
@@ -392,4 +394,65 @@ fn field_selector_over_a_kind() {
     assert_eq!(sel.matches(|f| pod(&p, f)), Ok(true));
     let sel = parse_field_selector("spec.nodeName=n2").expect("parse");
     assert_eq!(sel.matches(|f| pod(&p, f)), Ok(false));
+}
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::super::*;
+
+    fn key() -> impl Strategy<Value = String> {
+        "([a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?\\.)?[a-z0-9]{1,4}/?[A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?"
+            .prop_filter("one optional slash, non-empty prefix", |k| !k.starts_with('/') && !k.ends_with('/'))
+    }
+
+    fn value() -> impl Strategy<Value = String> {
+        "([A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?)?"
+    }
+
+    proptest! {
+        /// A selector's string form parses back to the same selector.
+        #[test]
+        fn label_selector_string_round_trips(
+            reqs in proptest::collection::vec((key(), 0usize..7, proptest::collection::vec(value(), 1..4)), 0..5)
+        ) {
+            // Empty values inside `( )` hit upstream's parser quirks (`(a,,)` is rejected);
+            // the canonical form is what must round-trip.
+            let parts: Vec<String> = reqs
+                .iter()
+                .map(|(k, op, vals)| {
+                    let vals: Vec<String> =
+                        vals.iter().map(|v| if v.is_empty() { "v".to_string() } else { v.clone() }).collect();
+                    (k, op, vals)
+                })
+                .map(|(k, op, vals)| match op {
+                    0 => format!("{k}={}", vals[0]),
+                    1 => format!("{k}!={}", vals[0]),
+                    2 => format!("{k} in ({})", vals.join(",")),
+                    3 => format!("{k} notin ({})", vals.join(",")),
+                    4 => k.clone(),
+                    5 => format!("!{k}"),
+                    _ => format!("{k}=={}", vals[0]),
+                })
+                .collect();
+            let sel = parse_label_selector(&parts.join(",")).expect("valid selector");
+            let again = parse_label_selector(&sel.to_string()).expect("canonical form parses");
+            prop_assert_eq!(sel.to_string(), again.to_string());
+        }
+
+        /// Any value survives escaping inside a field selector.
+        #[test]
+        fn field_values_round_trip(v in ".*") {
+            let sel = parse_field_selector(&format!("spec.x={}", escape_value(&v))).expect("parses");
+            prop_assert_eq!(sel.requires_exact_match("spec.x"), Some(v.as_str()));
+            prop_assert_eq!(sel.matches(|_| Some(v.clone())), Ok(true));
+        }
+
+        /// Parsing never panics, whatever the input.
+        #[test]
+        fn parsers_do_not_panic(s in ".*") {
+            let _ = parse_label_selector(&s);
+            let _ = parse_field_selector(&s);
+        }
+    }
 }
