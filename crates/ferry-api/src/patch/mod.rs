@@ -5,6 +5,7 @@ pub mod json_patch;
 pub mod merge;
 pub mod schema;
 mod schema_table;
+pub mod strategic;
 
 pub use error::PatchError;
 pub use schema::{FieldMeta, TypeKind, TypeRef, field_meta, root_type};
