@@ -33,7 +33,10 @@ fn set_str(field: &mut Option<String>, value: &str) {
 
 pub fn namespace(obj: &mut core::Namespace) {
     if let Some(name) = obj.metadata.name.clone().filter(|n| !n.is_empty()) {
-        obj.metadata.labels.get_or_insert_with(Default::default).insert(NAMESPACE_NAME_LABEL.to_string(), name);
+        obj.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(NAMESPACE_NAME_LABEL.to_string(), name);
     }
     if let Some(status) = obj.status.as_mut() {
         set_str(&mut status.phase, "Active");
@@ -89,9 +92,13 @@ fn lifecycle_handler(h: Option<&mut core::LifecycleHandler>) {
 
 fn container(c: &mut core::Container) {
     if c.image_pull_policy.as_deref().unwrap_or("").is_empty() {
-        c.image_pull_policy = Some(default_pull_policy(c.image.as_deref().unwrap_or("")).to_string());
+        c.image_pull_policy =
+            Some(default_pull_policy(c.image.as_deref().unwrap_or("")).to_string());
     }
-    set_str(&mut c.termination_message_path, DEFAULT_TERMINATION_MESSAGE_PATH);
+    set_str(
+        &mut c.termination_message_path,
+        DEFAULT_TERMINATION_MESSAGE_PATH,
+    );
     set_str(&mut c.termination_message_policy, "File");
     for p in c.ports.iter_mut().flatten() {
         set_str(&mut p.protocol, "TCP");
@@ -154,17 +161,28 @@ pub fn pod_spec(spec: &mut core::PodSpec) {
     set_str(&mut spec.dns_policy, "ClusterFirst");
     set_str(&mut spec.restart_policy, "Always");
     set(&mut spec.security_context, Default::default());
-    set(&mut spec.termination_grace_period_seconds, DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
+    set(
+        &mut spec.termination_grace_period_seconds,
+        DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS,
+    );
     set_str(&mut spec.scheduler_name, DEFAULT_SCHEDULER_NAME);
     set(&mut spec.enable_service_links, true);
     // The deprecated serviceAccount field mirrors serviceAccountName.
-    if spec.service_account_name.as_deref().unwrap_or("").is_empty()
+    if spec
+        .service_account_name
+        .as_deref()
+        .unwrap_or("")
+        .is_empty()
         && let Some(sa) = spec.service_account.clone().filter(|s| !s.is_empty())
     {
         spec.service_account_name = Some(sa);
     }
     let host_network = spec.host_network == Some(true);
-    for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
         container(c);
         if host_network {
             for p in c.ports.iter_mut().flatten() {
@@ -192,7 +210,9 @@ pub fn service(obj: &mut core::Service) {
     let spec = obj.spec.get_or_insert_with(Default::default);
     set_str(&mut spec.session_affinity, "None");
     if spec.session_affinity.as_deref() == Some("ClientIP") {
-        let cfg = spec.session_affinity_config.get_or_insert_with(Default::default);
+        let cfg = spec
+            .session_affinity_config
+            .get_or_insert_with(Default::default);
         let cip = cfg.client_ip.get_or_insert_with(Default::default);
         set(&mut cip.timeout_seconds, DEFAULT_CLIENT_IP_TIMEOUT_SECONDS);
     }
@@ -212,7 +232,10 @@ pub fn service(obj: &mut core::Service) {
     let type_ = spec.type_.clone().unwrap_or_default();
     let externally_accessible = match type_.as_str() {
         "NodePort" | "LoadBalancer" => true,
-        "ClusterIP" => spec.external_ips.as_ref().is_some_and(|ips| !ips.is_empty()),
+        "ClusterIP" => spec
+            .external_ips
+            .as_ref()
+            .is_some_and(|ips| !ips.is_empty()),
         _ => false,
     };
     if externally_accessible {
@@ -274,7 +297,10 @@ pub fn deployment(obj: &mut apps::Deployment) {
     set_str(&mut strategy.type_, "RollingUpdate");
     if strategy.type_.as_deref() == Some("RollingUpdate") {
         let ru = strategy.rolling_update.get_or_insert_with(Default::default);
-        set(&mut ru.max_unavailable, IntOrString::String("25%".to_string()));
+        set(
+            &mut ru.max_unavailable,
+            IntOrString::String("25%".to_string()),
+        );
         set(&mut ru.max_surge, IntOrString::String("25%".to_string()));
     }
     set(&mut spec.revision_history_limit, 10);
@@ -327,6 +353,7 @@ pub fn lease(_obj: &mut coordination::Lease) {}
 pub fn events_event(_obj: &mut events::Event) {}
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -373,7 +400,13 @@ mod tests {
         assert_eq!(spec.external_traffic_policy.as_deref(), Some("Cluster"));
         assert_eq!(spec.allocate_load_balancer_node_ports, Some(true));
         assert_eq!(
-            spec.session_affinity_config.as_ref().unwrap().client_ip.as_ref().unwrap().timeout_seconds,
+            spec.session_affinity_config
+                .as_ref()
+                .unwrap()
+                .client_ip
+                .as_ref()
+                .unwrap()
+                .timeout_seconds,
             Some(10800)
         );
         let ing = &lb.status.unwrap().load_balancer.unwrap().ingress.unwrap()[0];
@@ -416,15 +449,38 @@ mod tests {
         assert!(ps.security_context.is_some());
         let c = &ps.containers[0];
         assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
-        assert_eq!(c.termination_message_path.as_deref(), Some("/dev/termination-log"));
+        assert_eq!(
+            c.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
         assert_eq!(c.termination_message_policy.as_deref(), Some("File"));
-        assert_eq!(c.ports.as_ref().unwrap()[0].protocol.as_deref(), Some("TCP"));
-        let fr = c.env.as_ref().unwrap()[0].value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+        assert_eq!(
+            c.ports.as_ref().unwrap()[0].protocol.as_deref(),
+            Some("TCP")
+        );
+        let fr = c.env.as_ref().unwrap()[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap();
         assert_eq!(fr.api_version.as_deref(), Some("v1"));
         let rp = c.readiness_probe.as_ref().unwrap();
-        assert_eq!((rp.timeout_seconds, rp.period_seconds, rp.success_threshold, rp.failure_threshold), (Some(1), Some(10), Some(1), Some(3)));
+        assert_eq!(
+            (
+                rp.timeout_seconds,
+                rp.period_seconds,
+                rp.success_threshold,
+                rp.failure_threshold
+            ),
+            (Some(1), Some(10), Some(1), Some(3))
+        );
         assert_eq!(rp.http_get.as_ref().unwrap().path.as_deref(), Some("/"));
-        assert_eq!(rp.http_get.as_ref().unwrap().scheme.as_deref(), Some("HTTP"));
+        assert_eq!(
+            rp.http_get.as_ref().unwrap().scheme.as_deref(),
+            Some("HTTP")
+        );
     }
 
     #[test]
@@ -436,8 +492,16 @@ mod tests {
         .unwrap();
         network_policy(&mut np);
         let spec = np.spec.unwrap();
-        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string(), "Egress".to_string()]));
-        assert_eq!(spec.egress.unwrap()[0].ports.as_ref().unwrap()[0].protocol.as_deref(), Some("TCP"));
+        assert_eq!(
+            spec.policy_types,
+            Some(vec!["Ingress".to_string(), "Egress".to_string()])
+        );
+        assert_eq!(
+            spec.egress.unwrap()[0].ports.as_ref().unwrap()[0]
+                .protocol
+                .as_deref(),
+            Some("TCP")
+        );
 
         let mut s: core::Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "s"}, "stringData": {"a": "b"}
@@ -454,9 +518,13 @@ mod tests {
         .unwrap();
         endpoint_slice(&mut es);
         let p = &es.ports.unwrap()[0];
-        assert_eq!((p.name.as_deref(), p.protocol.as_deref()), (Some(""), Some("TCP")));
+        assert_eq!(
+            (p.name.as_deref(), p.protocol.as_deref()),
+            (Some(""), Some("TCP"))
+        );
 
-        let mut ns: core::Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
+        let mut ns: core::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "team-a"}})).unwrap();
         namespace(&mut ns);
         assert_eq!(ns.metadata.labels.unwrap()[NAMESPACE_NAME_LABEL], "team-a");
     }

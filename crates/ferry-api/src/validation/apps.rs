@@ -6,17 +6,23 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::common::{
-    go_int_or_string, go_label_selector, go_map, immutable, meta, nonneg, selector_is_empty, selector_matches, s,
-    validate_label_selector, validate_object_meta_update,
+    go_int_or_string, go_label_selector, go_map, immutable, meta, nonneg, s, selector_is_empty,
+    selector_matches, validate_label_selector, validate_object_meta_update,
 };
 use super::pod::validate_pod_template_spec;
 use crate::errors::{ErrorList, FieldError, Path};
 use crate::names;
 
 /// ValidatePodTemplateSpecForReplicaSet: the template matches the selector, restarts Always.
-fn template_for_replica_set(template: Option<&core::PodTemplateSpec>, selector: &LabelSelector, path: &Path) -> ErrorList {
+fn template_for_replica_set(
+    template: Option<&core::PodTemplateSpec>,
+    selector: &LabelSelector,
+    path: &Path,
+) -> ErrorList {
     let mut errs = Vec::new();
-    let Some(t) = template else { return vec![FieldError::required(path, "")] };
+    let Some(t) = template else {
+        return vec![FieldError::required(path, "")];
+    };
     let labels = t.metadata.as_ref().and_then(|m| m.labels.as_ref());
     if !selector_is_empty(selector) && !selector_matches(selector, labels) {
         errs.push(FieldError::invalid(
@@ -29,7 +35,11 @@ fn template_for_replica_set(template: Option<&core::PodTemplateSpec>, selector: 
     let spec = t.spec.clone().unwrap_or_default();
     let rp = s(&spec.restart_policy);
     if rp != "Always" {
-        errs.push(FieldError::not_supported(path.child("spec").child("restartPolicy"), rp, &["Always"]));
+        errs.push(FieldError::not_supported(
+            path.child("spec").child("restartPolicy"),
+            rp,
+            &["Always"],
+        ));
     }
     if spec.active_deadline_seconds.is_some() {
         errs.push(FieldError::forbidden(
@@ -43,7 +53,11 @@ fn template_for_replica_set(template: Option<&core::PodTemplateSpec>, selector: 
 fn selector_errors(selector: &LabelSelector, path: &Path) -> ErrorList {
     let mut errs = validate_label_selector(Some(selector), path);
     if selector_is_empty(selector) {
-        errs.push(FieldError::invalid(path, go_label_selector(Some(selector)), "empty selector is invalid for deployment"));
+        errs.push(FieldError::invalid(
+            path,
+            go_label_selector(Some(selector)),
+            "empty selector is invalid for deployment",
+        ));
     }
     errs
 }
@@ -62,7 +76,10 @@ fn positive_int_or_percent(v: Option<&IntOrString>, path: &Path) -> ErrorList {
 fn int_or_percent_value(v: Option<&IntOrString>) -> i64 {
     match v {
         Some(IntOrString::Int(i)) => i64::from(*i),
-        Some(IntOrString::String(p)) => p.strip_suffix('%').and_then(|d| d.parse().ok()).unwrap_or(0),
+        Some(IntOrString::String(p)) => p
+            .strip_suffix('%')
+            .and_then(|d| d.parse().ok())
+            .unwrap_or(0),
         None => 0,
     }
 }
@@ -81,7 +98,10 @@ fn validate_strategy(strategy: Option<&apps::DeploymentStrategy>, path: &Path) -
             }
         }
         "RollingUpdate" => match &strategy.rolling_update {
-            None => errs.push(FieldError::required(path.child("rollingUpdate"), "this should be defaulted and never be nil")),
+            None => errs.push(FieldError::required(
+                path.child("rollingUpdate"),
+                "this should be defaulted and never be nil",
+            )),
             Some(ru) => {
                 let rp = path.child("rollingUpdate");
                 let mu = ru.max_unavailable.as_ref();
@@ -96,29 +116,52 @@ fn validate_strategy(strategy: Option<&apps::DeploymentStrategy>, path: &Path) -
                     ));
                 }
                 if let Some(IntOrString::String(p)) = mu
-                    && p.strip_suffix('%').and_then(|d| d.parse::<i64>().ok()).is_some_and(|v| v > 100)
+                    && p.strip_suffix('%')
+                        .and_then(|d| d.parse::<i64>().ok())
+                        .is_some_and(|v| v > 100)
                 {
-                    errs.push(FieldError::invalid(rp.child("maxUnavailable"), go_int_or_string(mu), "must not be greater than 100%"));
+                    errs.push(FieldError::invalid(
+                        rp.child("maxUnavailable"),
+                        go_int_or_string(mu),
+                        "must not be greater than 100%",
+                    ));
                 }
             }
         },
-        other => errs.push(FieldError::not_supported(path, other, &["Recreate", "RollingUpdate"])),
+        other => errs.push(FieldError::not_supported(
+            path,
+            other,
+            &["Recreate", "RollingUpdate"],
+        )),
     }
     errs
 }
 
 fn deployment_spec(spec: &apps::DeploymentSpec, path: &Path) -> ErrorList {
-    let mut errs = nonneg(i64::from(spec.replicas.unwrap_or(0)), &path.child("replicas"));
+    let mut errs = nonneg(
+        i64::from(spec.replicas.unwrap_or(0)),
+        &path.child("replicas"),
+    );
     errs.extend(selector_errors(&spec.selector, &path.child("selector")));
-    errs.extend(template_for_replica_set(Some(&spec.template), &spec.selector, &path.child("template")));
-    errs.extend(validate_strategy(spec.strategy.as_ref(), &path.child("strategy")));
+    errs.extend(template_for_replica_set(
+        Some(&spec.template),
+        &spec.selector,
+        &path.child("template"),
+    ));
+    errs.extend(validate_strategy(
+        spec.strategy.as_ref(),
+        &path.child("strategy"),
+    ));
     let mrs = spec.min_ready_seconds.unwrap_or(0);
     errs.extend(nonneg(i64::from(mrs), &path.child("minReadySeconds")));
     if let Some(rhl) = spec.revision_history_limit {
         errs.extend(nonneg(i64::from(rhl), &path.child("revisionHistoryLimit")));
     }
     if let Some(pds) = spec.progress_deadline_seconds {
-        errs.extend(nonneg(i64::from(pds), &path.child("progressDeadlineSeconds")));
+        errs.extend(nonneg(
+            i64::from(pds),
+            &path.child("progressDeadlineSeconds"),
+        ));
         if pds <= mrs {
             errs.push(FieldError::invalid(
                 path.child("progressDeadlineSeconds"),
@@ -131,31 +174,57 @@ fn deployment_spec(spec: &apps::DeploymentSpec, path: &Path) -> ErrorList {
 }
 
 pub(crate) fn deployment(d: &apps::Deployment, old: Option<&apps::Deployment>) -> ErrorList {
-    let mut errs = meta(&d.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+    let mut errs = meta(
+        &d.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let spec = d.spec.clone();
     errs.extend(deployment_spec(&spec, &Path::new("spec")));
     if let Some(old) = old {
         let old_spec = old.spec.clone();
-        errs.extend(immutable(&spec.selector, &old_spec.selector, &Path::new("spec").child("selector"), || {
-            go_label_selector(Some(&spec.selector))
-        }));
+        errs.extend(immutable(
+            &spec.selector,
+            &old_spec.selector,
+            &Path::new("spec").child("selector"),
+            || go_label_selector(Some(&spec.selector)),
+        ));
     }
     errs
 }
 
 pub(crate) fn replica_set(rs: &apps::ReplicaSet, old: Option<&apps::ReplicaSet>) -> ErrorList {
-    let mut errs = meta(&rs.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+    let mut errs = meta(
+        &rs.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let spec = rs.spec.clone();
     let path = Path::new("spec");
-    errs.extend(nonneg(i64::from(spec.replicas.unwrap_or(0)), &path.child("replicas")));
-    errs.extend(nonneg(i64::from(spec.min_ready_seconds.unwrap_or(0)), &path.child("minReadySeconds")));
+    errs.extend(nonneg(
+        i64::from(spec.replicas.unwrap_or(0)),
+        &path.child("replicas"),
+    ));
+    errs.extend(nonneg(
+        i64::from(spec.min_ready_seconds.unwrap_or(0)),
+        &path.child("minReadySeconds"),
+    ));
     errs.extend(selector_errors(&spec.selector, &path.child("selector")));
-    errs.extend(template_for_replica_set(spec.template.as_ref(), &spec.selector, &path.child("template")));
+    errs.extend(template_for_replica_set(
+        spec.template.as_ref(),
+        &spec.selector,
+        &path.child("template"),
+    ));
     if let Some(old) = old {
         let old_spec = old.spec.clone();
-        errs.extend(immutable(&spec.selector, &old_spec.selector, &path.child("selector"), || {
-            go_label_selector(Some(&spec.selector))
-        }));
+        errs.extend(immutable(
+            &spec.selector,
+            &old_spec.selector,
+            &path.child("selector"),
+            || go_label_selector(Some(&spec.selector)),
+        ));
     }
     errs
 }
@@ -173,17 +242,30 @@ fn counts(
     for (name, v) in named {
         errs.extend(nonneg(i64::from(v.unwrap_or(0)), &path.child(name)));
     }
-    errs.extend(nonneg(observed_generation, &path.child("observedGeneration")));
+    errs.extend(nonneg(
+        observed_generation,
+        &path.child("observedGeneration"),
+    ));
     let msg = "cannot be greater than status.replicas";
     for (name, v) in named {
-        if matches!(*name, "updatedReplicas" | "readyReplicas" | "availableReplicas" | "fullyLabeledReplicas")
-            && v.unwrap_or(0) > replicas
+        if matches!(
+            *name,
+            "updatedReplicas" | "readyReplicas" | "availableReplicas" | "fullyLabeledReplicas"
+        ) && v.unwrap_or(0) > replicas
         {
-            errs.push(FieldError::invalid(path.child(name), v.unwrap_or(0).to_string(), msg));
+            errs.push(FieldError::invalid(
+                path.child(name),
+                v.unwrap_or(0).to_string(),
+                msg,
+            ));
         }
     }
     if available > ready {
-        errs.push(FieldError::invalid(path.child("availableReplicas"), available.to_string(), "cannot be greater than readyReplicas"));
+        errs.push(FieldError::invalid(
+            path.child("availableReplicas"),
+            available.to_string(),
+            "cannot be greater than readyReplicas",
+        ));
     }
     errs
 }

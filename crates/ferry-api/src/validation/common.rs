@@ -31,14 +31,21 @@ pub(crate) fn go_strings(v: &[String]) -> String {
     if v.is_empty() {
         return "[]string(nil)".to_string();
     }
-    format!("[]string{{{}}}", v.iter().map(|x| quote(x)).collect::<Vec<_>>().join(", "))
+    format!(
+        "[]string{{{}}}",
+        v.iter().map(|x| quote(x)).collect::<Vec<_>>().join(", ")
+    )
 }
 
 /// Go's `%#v` of a `map[string]string`.
 pub(crate) fn go_map(m: Option<&BTreeMap<String, String>>) -> String {
     match m {
         Some(m) if !m.is_empty() => {
-            let body = m.iter().map(|(k, v)| format!("{}:{}", quote(k), quote(v))).collect::<Vec<_>>().join(", ");
+            let body = m
+                .iter()
+                .map(|(k, v)| format!("{}:{}", quote(k), quote(v)))
+                .collect::<Vec<_>>()
+                .join(", ");
             format!("map[string]string{{{body}}}")
         }
         _ => "map[string]string(nil)".to_string(),
@@ -48,15 +55,22 @@ pub(crate) fn go_map(m: Option<&BTreeMap<String, String>>) -> String {
 /// Go's `%#v` of an `intstr.IntOrString`.
 pub(crate) fn go_int_or_string(v: Option<&IntOrString>) -> String {
     match v {
-        Some(IntOrString::String(s)) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{}}}", quote(s)),
-        Some(IntOrString::Int(i)) => format!("intstr.IntOrString{{Type:0, IntVal:{i}, StrVal:\"\"}}"),
+        Some(IntOrString::String(s)) => format!(
+            "intstr.IntOrString{{Type:1, IntVal:0, StrVal:{}}}",
+            quote(s)
+        ),
+        Some(IntOrString::Int(i)) => {
+            format!("intstr.IntOrString{{Type:0, IntVal:{i}, StrVal:\"\"}}")
+        }
         None => "intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}".to_string(),
     }
 }
 
 /// Go's `%#v` of a `metav1.LabelSelector`.
 pub(crate) fn go_label_selector(sel: Option<&LabelSelector>) -> String {
-    let Some(sel) = sel else { return "null".to_string() };
+    let Some(sel) = sel else {
+        return "null".to_string();
+    };
     let exprs = match sel.match_expressions.as_deref() {
         Some(e) if !e.is_empty() => {
             let items = e
@@ -75,17 +89,30 @@ pub(crate) fn go_label_selector(sel: Option<&LabelSelector>) -> String {
         }
         _ => "[]v1.LabelSelectorRequirement(nil)".to_string(),
     };
-    format!("v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{exprs}}}", go_map(sel.match_labels.as_ref()))
+    format!(
+        "v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{exprs}}}",
+        go_map(sel.match_labels.as_ref())
+    )
 }
 
 /// ValidateNonnegativeField.
 pub(crate) fn nonneg(value: i64, path: &Path) -> ErrorList {
-    if value < 0 { vec![FieldError::invalid(path, value.to_string(), IS_NEGATIVE_ERROR_MSG)] } else { Vec::new() }
+    if value < 0 {
+        vec![FieldError::invalid(
+            path,
+            value.to_string(),
+            IS_NEGATIVE_ERROR_MSG,
+        )]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Invalid errors for each message of a string check.
 pub(crate) fn invalid_each(path: &Path, value: &str, msgs: Vec<String>) -> ErrorList {
-    msgs.into_iter().map(|m| FieldError::invalid_str(path, value, m)).collect()
+    msgs.into_iter()
+        .map(|m| FieldError::invalid_str(path, value, m))
+        .collect()
 }
 
 pub(crate) fn dns1123_label(value: &str, path: &Path) -> ErrorList {
@@ -101,8 +128,21 @@ pub(crate) fn qualified_name(value: &str, path: &Path) -> ErrorList {
 }
 
 /// ValidateImmutableField for values rendered by the caller.
-pub(crate) fn immutable<T: PartialEq>(new: &T, old: &T, path: &Path, rendered: impl FnOnce() -> String) -> ErrorList {
-    if new != old { vec![FieldError::invalid(path, rendered(), FIELD_IMMUTABLE_ERROR_MSG)] } else { Vec::new() }
+pub(crate) fn immutable<T: PartialEq>(
+    new: &T,
+    old: &T,
+    path: &Path,
+    rendered: impl FnOnce() -> String,
+) -> ErrorList {
+    if new != old {
+        vec![FieldError::invalid(
+            path,
+            rendered(),
+            FIELD_IMMUTABLE_ERROR_MSG,
+        )]
+    } else {
+        Vec::new()
+    }
 }
 
 /// ValidateLabels: keys are qualified names, values label values.
@@ -116,7 +156,10 @@ pub fn validate_labels(labels: Option<&BTreeMap<String, String>>, path: &Path) -
 }
 
 /// ValidateAnnotations: keys are qualified names (case-insensitive), total size at most 256 KiB.
-pub(crate) fn validate_annotations(annotations: Option<&BTreeMap<String, String>>, path: &Path) -> ErrorList {
+pub(crate) fn validate_annotations(
+    annotations: Option<&BTreeMap<String, String>>,
+    path: &Path,
+) -> ErrorList {
     let mut errs = Vec::new();
     let mut total = 0usize;
     for (k, v) in annotations.into_iter().flatten() {
@@ -141,21 +184,43 @@ fn validate_owner_references(meta: &ObjectMeta, path: &Path) -> ErrorList {
             None => ("", r.api_version.as_str()),
         };
         if version.is_empty() {
-            errs.push(FieldError::invalid_str(path.child("apiVersion"), &r.api_version, "version must not be empty"));
+            errs.push(FieldError::invalid_str(
+                path.child("apiVersion"),
+                &r.api_version,
+                "version must not be empty",
+            ));
         }
         if r.kind.is_empty() {
-            errs.push(FieldError::invalid_str(path.child("kind"), &r.kind, "must not be empty"));
+            errs.push(FieldError::invalid_str(
+                path.child("kind"),
+                &r.kind,
+                "must not be empty",
+            ));
         }
         if r.name.is_empty() {
-            errs.push(FieldError::invalid_str(path.child("name"), &r.name, "must not be empty"));
+            errs.push(FieldError::invalid_str(
+                path.child("name"),
+                &r.name,
+                "must not be empty",
+            ));
         }
         if r.uid.is_empty() {
-            errs.push(FieldError::invalid_str(path.child("uid"), &r.uid, "must not be empty"));
+            errs.push(FieldError::invalid_str(
+                path.child("uid"),
+                &r.uid,
+                "must not be empty",
+            ));
         }
         if group.is_empty() && version == "v1" && r.kind == "Event" {
             errs.push(FieldError::invalid(
                 path,
-                format!("v1.OwnerReference{{APIVersion:{}, Kind:{}, Name:{}, UID:{}}}", quote(&r.api_version), quote(&r.kind), quote(&r.name), quote(&r.uid)),
+                format!(
+                    "v1.OwnerReference{{APIVersion:{}, Kind:{}, Name:{}, UID:{}}}",
+                    quote(&r.api_version),
+                    quote(&r.kind),
+                    quote(&r.name),
+                    quote(&r.uid)
+                ),
                 "/v1, Kind=Event is disallowed from being an owner",
             ));
         }
@@ -182,7 +247,9 @@ fn validate_finalizers(meta: &ObjectMeta, path: &Path) -> ErrorList {
     for f in finalizers {
         errs.extend(qualified_name(f, path));
     }
-    if finalizers.iter().any(|f| f == "orphan") && finalizers.iter().any(|f| f == "foregroundDeletion") {
+    if finalizers.iter().any(|f| f == "orphan")
+        && finalizers.iter().any(|f| f == "foregroundDeletion")
+    {
         errs.push(FieldError::invalid(
             path,
             go_strings(finalizers),
@@ -199,7 +266,11 @@ fn validate_finalizers(meta: &ObjectMeta, path: &Path) -> ErrorList {
 /// validateKubeFinalizerName.
 pub(crate) fn kube_finalizer_name(f: &str, path: &Path) -> ErrorList {
     if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f) {
-        return vec![FieldError::invalid_str(path, f, "name is neither a standard finalizer name nor is it fully qualified")];
+        return vec![FieldError::invalid_str(
+            path,
+            f,
+            "name is neither a standard finalizer name nor is it fully qualified",
+        )];
     }
     Vec::new()
 }
@@ -211,32 +282,60 @@ fn validate_meta_common(meta: &ObjectMeta, namespaced: bool, path: &Path) -> Err
         if ns.is_empty() {
             errs.push(FieldError::required(path.child("namespace"), ""));
         } else {
-            errs.extend(invalid_each(&path.child("namespace"), ns, names::is_dns1123_label(ns)));
+            errs.extend(invalid_each(
+                &path.child("namespace"),
+                ns,
+                names::is_dns1123_label(ns),
+            ));
         }
     } else if !ns.is_empty() {
-        errs.push(FieldError::forbidden(path.child("namespace"), "not allowed on this type"));
+        errs.push(FieldError::forbidden(
+            path.child("namespace"),
+            "not allowed on this type",
+        ));
     }
-    errs.extend(nonneg(meta.generation.unwrap_or(0), &path.child("generation")));
+    errs.extend(nonneg(
+        meta.generation.unwrap_or(0),
+        &path.child("generation"),
+    ));
     errs.extend(validate_labels(meta.labels.as_ref(), &path.child("labels")));
-    errs.extend(validate_annotations(meta.annotations.as_ref(), &path.child("annotations")));
-    errs.extend(validate_owner_references(meta, &path.child("ownerReferences")));
+    errs.extend(validate_annotations(
+        meta.annotations.as_ref(),
+        &path.child("annotations"),
+    ));
+    errs.extend(validate_owner_references(
+        meta,
+        &path.child("ownerReferences"),
+    ));
     errs.extend(validate_finalizers(meta, &path.child("finalizers")));
     errs
 }
 
 /// ValidateObjectMeta (create): name (or generateName) by the kind's rule, namespace by scope,
 /// labels, annotations, owner references and finalizers.
-pub fn validate_object_meta(meta: &ObjectMeta, namespaced: bool, name_fn: NameFn, path: &Path) -> ErrorList {
+pub fn validate_object_meta(
+    meta: &ObjectMeta,
+    namespaced: bool,
+    name_fn: NameFn,
+    path: &Path,
+) -> ErrorList {
     let mut errs = Vec::new();
     let generate_name = s(&meta.generate_name);
     if !generate_name.is_empty() {
         for m in name_fn(generate_name, true) {
-            errs.push(FieldError::invalid_str(path.child("generateName"), generate_name, m));
+            errs.push(FieldError::invalid_str(
+                path.child("generateName"),
+                generate_name,
+                m,
+            ));
         }
     }
     let name = s(&meta.name);
     if name.is_empty() {
-        errs.push(FieldError::required(path.child("name"), "name or generateName is required"));
+        errs.push(FieldError::required(
+            path.child("name"),
+            "name or generateName is required",
+        ));
     } else {
         for m in name_fn(name, false) {
             errs.push(FieldError::invalid_str(path.child("name"), name, m));
@@ -251,9 +350,16 @@ pub fn validate_object_meta_update(new: &ObjectMeta, old: &ObjectMeta, path: &Pa
     let mut errs = Vec::new();
     if old.deletion_timestamp.is_some() {
         let old_set: BTreeSet<&String> = slice(&old.finalizers).iter().collect();
-        let extra: BTreeSet<&String> = slice(&new.finalizers).iter().filter(|f| !old_set.contains(f)).collect();
+        let extra: BTreeSet<&String> = slice(&new.finalizers)
+            .iter()
+            .filter(|f| !old_set.contains(f))
+            .collect();
         if !extra.is_empty() {
-            let list = extra.iter().map(|f| quote(f)).collect::<Vec<_>>().join(", ");
+            let list = extra
+                .iter()
+                .map(|f| quote(f))
+                .collect::<Vec<_>>()
+                .join(", ");
             errs.push(FieldError::forbidden(
                 path.child("finalizers"),
                 format!("no new finalizers can be added if the object is being deleted, found new finalizers []string{{{list}}}"),
@@ -261,36 +367,90 @@ pub fn validate_object_meta_update(new: &ObjectMeta, old: &ObjectMeta, path: &Pa
         }
     }
     if s(&new.resource_version).is_empty() {
-        errs.push(FieldError::invalid_str(path.child("resourceVersion"), "", "must be specified for an update"));
+        errs.push(FieldError::invalid_str(
+            path.child("resourceVersion"),
+            "",
+            "must be specified for an update",
+        ));
     }
     let (ng, og) = (new.generation.unwrap_or(0), old.generation.unwrap_or(0));
     if ng < og {
-        errs.push(FieldError::invalid(path.child("generation"), ng.to_string(), "must not be decremented"));
+        errs.push(FieldError::invalid(
+            path.child("generation"),
+            ng.to_string(),
+            "must not be decremented",
+        ));
     }
-    errs.extend(immutable(&s(&new.name), &s(&old.name), &path.child("name"), || quote(s(&new.name))));
-    errs.extend(immutable(&s(&new.namespace), &s(&old.namespace), &path.child("namespace"), || quote(s(&new.namespace))));
-    errs.extend(immutable(&s(&new.uid), &s(&old.uid), &path.child("uid"), || quote(s(&new.uid))));
-    errs.extend(immutable(&new.creation_timestamp, &old.creation_timestamp, &path.child("creationTimestamp"), || {
-        new.creation_timestamp.as_ref().map(|t| format!("\"{}\"", t.0)).unwrap_or_else(|| "\"null\"".to_string())
-    }));
-    errs.extend(immutable(&new.deletion_timestamp, &old.deletion_timestamp, &path.child("deletionTimestamp"), || {
-        new.deletion_timestamp.as_ref().map(|t| format!("\"{}\"", t.0)).unwrap_or_else(|| "null".to_string())
-    }));
+    errs.extend(immutable(
+        &s(&new.name),
+        &s(&old.name),
+        &path.child("name"),
+        || quote(s(&new.name)),
+    ));
+    errs.extend(immutable(
+        &s(&new.namespace),
+        &s(&old.namespace),
+        &path.child("namespace"),
+        || quote(s(&new.namespace)),
+    ));
+    errs.extend(immutable(
+        &s(&new.uid),
+        &s(&old.uid),
+        &path.child("uid"),
+        || quote(s(&new.uid)),
+    ));
+    errs.extend(immutable(
+        &new.creation_timestamp,
+        &old.creation_timestamp,
+        &path.child("creationTimestamp"),
+        || {
+            new.creation_timestamp
+                .as_ref()
+                .map(|t| format!("\"{}\"", t.0))
+                .unwrap_or_else(|| "\"null\"".to_string())
+        },
+    ));
+    errs.extend(immutable(
+        &new.deletion_timestamp,
+        &old.deletion_timestamp,
+        &path.child("deletionTimestamp"),
+        || {
+            new.deletion_timestamp
+                .as_ref()
+                .map(|t| format!("\"{}\"", t.0))
+                .unwrap_or_else(|| "null".to_string())
+        },
+    ));
     errs.extend(immutable(
         &new.deletion_grace_period_seconds,
         &old.deletion_grace_period_seconds,
         &path.child("deletionGracePeriodSeconds"),
-        || new.deletion_grace_period_seconds.map(|v| v.to_string()).unwrap_or_else(|| "null".to_string()),
+        || {
+            new.deletion_grace_period_seconds
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "null".to_string())
+        },
     ));
     errs.extend(validate_labels(new.labels.as_ref(), &path.child("labels")));
-    errs.extend(validate_annotations(new.annotations.as_ref(), &path.child("annotations")));
-    errs.extend(validate_owner_references(new, &path.child("ownerReferences")));
+    errs.extend(validate_annotations(
+        new.annotations.as_ref(),
+        &path.child("annotations"),
+    ));
+    errs.extend(validate_owner_references(
+        new,
+        &path.child("ownerReferences"),
+    ));
     errs.extend(validate_finalizers(new, &path.child("finalizers")));
     errs
 }
 
 /// Metadata of a create, or of an update when `old` is given.
-pub(crate) fn meta(new: &ObjectMeta, old: Option<&ObjectMeta>, namespaced: bool, name_fn: NameFn) -> ErrorList {
+pub(crate) fn meta(
+    new: &ObjectMeta,
+    old: Option<&ObjectMeta>,
+    namespaced: bool,
+    name_fn: NameFn,
+) -> ErrorList {
     let path = Path::new("metadata");
     match old {
         None => validate_object_meta(new, namespaced, name_fn, &path),
@@ -299,7 +459,10 @@ pub(crate) fn meta(new: &ObjectMeta, old: Option<&ObjectMeta>, namespaced: bool,
             // Upstream's update functions validate the whole new object again, name included,
             // but the name cannot change, so only the remaining create rules are repeated here.
             if s(&new.name).is_empty() {
-                errs.push(FieldError::required(path.child("name"), "name or generateName is required"));
+                errs.push(FieldError::required(
+                    path.child("name"),
+                    "name or generateName is required",
+                ));
             }
             let ns = s(&new.namespace);
             if namespaced && ns.is_empty() {
@@ -334,24 +497,39 @@ pub fn validate_label_selector(sel: Option<&LabelSelector>, path: &Path) -> Erro
                     ));
                 }
             }
-            other => errs.push(FieldError::invalid_str(p.child("operator"), other, "not a valid selector operator")),
+            other => errs.push(FieldError::invalid_str(
+                p.child("operator"),
+                other,
+                "not a valid selector operator",
+            )),
         }
         errs.extend(qualified_name(&r.key, &p.child("key")));
         for (j, v) in values.iter().enumerate() {
-            errs.extend(invalid_each(&p.child("values").index(j), v, names::is_valid_label_value(v)));
+            errs.extend(invalid_each(
+                &p.child("values").index(j),
+                v,
+                names::is_valid_label_value(v),
+            ));
         }
     }
-    errs.extend(validate_labels(sel.match_labels.as_ref(), &path.child("matchLabels")));
+    errs.extend(validate_labels(
+        sel.match_labels.as_ref(),
+        &path.child("matchLabels"),
+    ));
     errs
 }
 
 /// True when the selector selects nothing in particular (no labels and no expressions).
 pub(crate) fn selector_is_empty(sel: &LabelSelector) -> bool {
-    slice(&sel.match_expressions).is_empty() && sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+    slice(&sel.match_expressions).is_empty()
+        && sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
 }
 
 /// Whether a label set matches a selector (upstream's `LabelSelectorAsSelector(...).Matches`).
-pub(crate) fn selector_matches(sel: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
+pub(crate) fn selector_matches(
+    sel: &LabelSelector,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
     let get = |k: &str| labels.and_then(|l| l.get(k));
     for (k, v) in sel.match_labels.iter().flatten() {
         if get(k) != Some(v) {
@@ -383,8 +561,13 @@ pub(crate) fn port_num_or_name(port: Option<&IntOrString>, path: &Path) -> Error
             .map(|m| FieldError::invalid(path, n.to_string(), m))
             .collect(),
         Some(IntOrString::String(name)) if name.is_empty() => vec![FieldError::required(path, "")],
-        Some(IntOrString::String(name)) => invalid_each(path, name, names::is_valid_port_name(name)),
-        None => names::is_valid_port_num(0).into_iter().map(|m| FieldError::invalid(path, "0", m)).collect(),
+        Some(IntOrString::String(name)) => {
+            invalid_each(path, name, names::is_valid_port_name(name))
+        }
+        None => names::is_valid_port_num(0)
+            .into_iter()
+            .map(|m| FieldError::invalid(path, "0", m))
+            .collect(),
     }
 }
 
@@ -392,13 +575,22 @@ pub(crate) fn port_num_or_name(port: Option<&IntOrString>, path: &Path) -> Error
 pub(crate) fn non_special_ip(ip: &str, path: &Path) -> ErrorList {
     use std::net::IpAddr;
     let Some(addr) = names::parse_ip_sloppy(ip) else {
-        return vec![FieldError::invalid_str(path, ip, "must be a valid IP address")];
+        return vec![FieldError::invalid_str(
+            path,
+            ip,
+            "must be a valid IP address",
+        )];
     };
     let mut errs = Vec::new();
     let (unspecified, loopback, link_local, ll_multicast) = match addr {
         IpAddr::V4(a) => {
             let o = a.octets();
-            (a.is_unspecified(), a.is_loopback(), a.is_link_local(), o[0] == 224 && o[1] == 0 && o[2] == 0)
+            (
+                a.is_unspecified(),
+                a.is_loopback(),
+                a.is_link_local(),
+                o[0] == 224 && o[1] == 0 && o[2] == 0,
+            )
         }
         IpAddr::V6(a) => {
             let seg = a.segments();
@@ -411,13 +603,25 @@ pub(crate) fn non_special_ip(ip: &str, path: &Path) -> ErrorList {
         }
     };
     if unspecified {
-        errs.push(FieldError::invalid_str(path, ip, format!("may not be unspecified ({ip})")));
+        errs.push(FieldError::invalid_str(
+            path,
+            ip,
+            format!("may not be unspecified ({ip})"),
+        ));
     }
     if loopback {
-        errs.push(FieldError::invalid_str(path, ip, "may not be in the loopback range (127.0.0.0/8, ::1/128)"));
+        errs.push(FieldError::invalid_str(
+            path,
+            ip,
+            "may not be in the loopback range (127.0.0.0/8, ::1/128)",
+        ));
     }
     if link_local {
-        errs.push(FieldError::invalid_str(path, ip, "may not be in the link-local range (169.254.0.0/16, fe80::/10)"));
+        errs.push(FieldError::invalid_str(
+            path,
+            ip,
+            "may not be in the link-local range (169.254.0.0/16, fe80::/10)",
+        ));
     }
     if ll_multicast {
         errs.push(FieldError::invalid_str(

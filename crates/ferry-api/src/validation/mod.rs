@@ -13,7 +13,9 @@ mod service;
 #[cfg(test)]
 mod tests;
 
-pub use common::{validate_label_selector, validate_labels, validate_object_meta, validate_object_meta_update};
+pub use common::{
+    validate_label_selector, validate_labels, validate_object_meta, validate_object_meta_update,
+};
 
 use crate::errors::ErrorList;
 use k8s_openapi::api::apps::v1 as apps_v1;
@@ -47,7 +49,10 @@ pub fn secret(obj: &core::Secret, old: Option<&core::Secret>) -> ErrorList {
 pub fn core_event(obj: &core::Event, old: Option<&core::Event>) -> ErrorList {
     core_kinds::core_event(obj, old)
 }
-pub fn service_account(obj: &core::ServiceAccount, old: Option<&core::ServiceAccount>) -> ErrorList {
+pub fn service_account(
+    obj: &core::ServiceAccount,
+    old: Option<&core::ServiceAccount>,
+) -> ErrorList {
     core_kinds::service_account(obj, old)
 }
 pub fn deployment(obj: &apps_v1::Deployment, old: Option<&apps_v1::Deployment>) -> ErrorList {
@@ -56,16 +61,25 @@ pub fn deployment(obj: &apps_v1::Deployment, old: Option<&apps_v1::Deployment>) 
 pub fn replica_set(obj: &apps_v1::ReplicaSet, old: Option<&apps_v1::ReplicaSet>) -> ErrorList {
     apps::replica_set(obj, old)
 }
-pub fn endpoint_slice(obj: &discovery::EndpointSlice, old: Option<&discovery::EndpointSlice>) -> ErrorList {
+pub fn endpoint_slice(
+    obj: &discovery::EndpointSlice,
+    old: Option<&discovery::EndpointSlice>,
+) -> ErrorList {
     networking::endpoint_slice(obj, old)
 }
 pub fn ingress(obj: &networking_v1::Ingress, old: Option<&networking_v1::Ingress>) -> ErrorList {
     networking::ingress(obj, old)
 }
-pub fn ingress_class(obj: &networking_v1::IngressClass, old: Option<&networking_v1::IngressClass>) -> ErrorList {
+pub fn ingress_class(
+    obj: &networking_v1::IngressClass,
+    old: Option<&networking_v1::IngressClass>,
+) -> ErrorList {
     networking::ingress_class(obj, old)
 }
-pub fn network_policy(obj: &networking_v1::NetworkPolicy, old: Option<&networking_v1::NetworkPolicy>) -> ErrorList {
+pub fn network_policy(
+    obj: &networking_v1::NetworkPolicy,
+    old: Option<&networking_v1::NetworkPolicy>,
+) -> ErrorList {
     networking::network_policy(obj, old)
 }
 pub fn lease(obj: &coordination::Lease, old: Option<&coordination::Lease>) -> ErrorList {

@@ -8,8 +8,9 @@ use k8s_openapi::api::networking::v1 as networking;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::common::{
-    dns1123_label, dns1123_subdomain, immutable, invalid_each, meta, non_special_ip, qualified_name, s, slice,
-    validate_label_selector, validate_labels, validate_object_meta_update,
+    dns1123_label, dns1123_subdomain, immutable, invalid_each, meta, non_special_ip,
+    qualified_name, s, slice, validate_label_selector, validate_labels,
+    validate_object_meta_update,
 };
 use crate::errors::{ErrorList, FieldError, Path, quote};
 use crate::names;
@@ -36,7 +37,11 @@ fn fully_qualified_domain_name(path: &Path, name: &str) -> ErrorList {
         return vec![FieldError::invalid_str(path, name, msgs.join(","))];
     }
     if name.split('.').count() < 2 {
-        return vec![FieldError::invalid_str(path, name, "should be a domain with at least two segments separated by dots")];
+        return vec![FieldError::invalid_str(
+            path,
+            name,
+            "should be a domain with at least two segments separated by dots",
+        )];
     }
     for label in name.split('.') {
         let msgs = names::is_dns1123_label(label);
@@ -47,19 +52,31 @@ fn fully_qualified_domain_name(path: &Path, name: &str) -> ErrorList {
     Vec::new()
 }
 
-pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discovery::EndpointSlice>) -> ErrorList {
-    let mut errs = meta(&es.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+pub(crate) fn endpoint_slice(
+    es: &discovery::EndpointSlice,
+    old: Option<&discovery::EndpointSlice>,
+) -> ErrorList {
+    let mut errs = meta(
+        &es.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let at = es.address_type.as_str();
     let at_path = Path::new("addressType");
     if at.is_empty() {
         errs.push(FieldError::required(&at_path, ""));
-    } else if !ADDRESS_TYPES.contains(&at) && !(old.is_some() && at == "IP") {
+    } else if !(ADDRESS_TYPES.contains(&at) || (old.is_some() && at == "IP")) {
         errs.push(FieldError::not_supported(&at_path, at, ADDRESS_TYPES));
     }
     let endpoints = slice(&es.endpoints);
     let ep_path = Path::new("endpoints");
     if endpoints.len() > MAX_ENDPOINTS {
-        errs.push(FieldError::too_many(&ep_path, endpoints.len(), MAX_ENDPOINTS));
+        errs.push(FieldError::too_many(
+            &ep_path,
+            endpoints.len(),
+            MAX_ENDPOINTS,
+        ));
     } else {
         for (i, ep) in endpoints.iter().enumerate() {
             let p = ep_path.index(i);
@@ -97,7 +114,11 @@ pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discove
                 errs.extend(dns1123_label(h, &p.child("hostname")));
             }
             if let Some(n) = &ep.node_name {
-                errs.extend(invalid_each(&p.child("nodeName"), n, names::is_dns1123_subdomain(n)));
+                errs.extend(invalid_each(
+                    &p.child("nodeName"),
+                    n,
+                    names::is_dns1123_subdomain(n),
+                ));
             }
             if let Some(hints) = &ep.hints {
                 let zones = slice(&hints.for_zones);
@@ -111,7 +132,11 @@ pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discove
                         if !seen.insert(z.name.as_str()) {
                             errs.push(FieldError::duplicate(&zn, quote(&z.name)));
                         } else {
-                            errs.extend(invalid_each(&zn, &z.name, names::is_valid_label_value(&z.name)));
+                            errs.extend(invalid_each(
+                                &zn,
+                                &z.name,
+                                names::is_valid_label_value(&z.name),
+                            ));
                         }
                     }
                 }
@@ -136,7 +161,11 @@ pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discove
             match port.protocol.as_deref() {
                 None => errs.push(FieldError::required(p.child("protocol"), "")),
                 Some(proto) if !["SCTP", "TCP", "UDP"].contains(&proto) => {
-                    errs.push(FieldError::not_supported(p.child("protocol"), proto, &["SCTP", "TCP", "UDP"]));
+                    errs.push(FieldError::not_supported(
+                        p.child("protocol"),
+                        proto,
+                        &["SCTP", "TCP", "UDP"],
+                    ));
                 }
                 _ => {}
             }
@@ -146,7 +175,12 @@ pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discove
         }
     }
     if let Some(old) = old {
-        errs.extend(immutable(&es.address_type, &old.address_type, &at_path, || quote(&es.address_type)));
+        errs.extend(immutable(
+            &es.address_type,
+            &old.address_type,
+            &at_path,
+            || quote(&es.address_type),
+        ));
     }
     errs
 }
@@ -154,7 +188,11 @@ pub(crate) fn endpoint_slice(es: &discovery::EndpointSlice, old: Option<&discove
 fn host_rule(host: &str, path: &Path) -> ErrorList {
     let mut errs = Vec::new();
     if host.contains('*') {
-        errs.extend(invalid_each(path, host, names::is_wildcard_dns1123_subdomain(host)));
+        errs.extend(invalid_each(
+            path,
+            host,
+            names::is_wildcard_dns1123_subdomain(host),
+        ));
     } else {
         errs.extend(dns1123_subdomain(host, path));
     }
@@ -164,7 +202,11 @@ fn host_rule(host: &str, path: &Path) -> ErrorList {
 fn ingress_backend(b: &networking::IngressBackend, path: &Path) -> ErrorList {
     let mut errs = Vec::new();
     match (&b.resource, &b.service) {
-        (Some(_), Some(_)) => errs.push(FieldError::invalid_str(path, "", "cannot set both resource and service backends")),
+        (Some(_), Some(_)) => errs.push(FieldError::invalid_str(
+            path,
+            "",
+            "cannot set both resource and service backends",
+        )),
         (Some(r), None) => {
             let rp = path.child("resource");
             if r.kind.is_empty() {
@@ -182,25 +224,48 @@ fn ingress_backend(b: &networking::IngressBackend, path: &Path) -> ErrorList {
             if svc.name.is_empty() {
                 errs.push(FieldError::required(sp.child("name"), ""));
             } else {
-                errs.extend(invalid_each(&sp.child("name"), &svc.name, names::is_dns1035_label(&svc.name)));
+                errs.extend(invalid_each(
+                    &sp.child("name"),
+                    &svc.name,
+                    names::is_dns1035_label(&svc.name),
+                ));
             }
             let port = svc.port.clone().unwrap_or_default();
             let name = s(&port.name);
             let number = port.number.unwrap_or(0);
             match (!name.is_empty(), number != 0) {
-                (true, true) => errs.push(FieldError::invalid_str(path, "", "cannot set both port name & port number")),
+                (true, true) => errs.push(FieldError::invalid_str(
+                    path,
+                    "",
+                    "cannot set both port name & port number",
+                )),
                 (true, false) => {
-                    errs.extend(invalid_each(&sp.child("port").child("name"), name, names::is_valid_port_name(name)));
+                    errs.extend(invalid_each(
+                        &sp.child("port").child("name"),
+                        name,
+                        names::is_valid_port_name(name),
+                    ));
                 }
                 (false, true) => {
                     for m in names::is_valid_port_num(i64::from(number)) {
-                        errs.push(FieldError::invalid(sp.child("port").child("number"), number.to_string(), m));
+                        errs.push(FieldError::invalid(
+                            sp.child("port").child("number"),
+                            number.to_string(),
+                            m,
+                        ));
                     }
                 }
-                (false, false) => errs.push(FieldError::required(path, "port name or number is required")),
+                (false, false) => errs.push(FieldError::required(
+                    path,
+                    "port name or number is required",
+                )),
             }
         }
-        (None, None) => errs.push(FieldError::invalid_str(path, "", "resource or service backend is required")),
+        (None, None) => errs.push(FieldError::invalid_str(
+            path,
+            "",
+            "resource or service backend is required",
+        )),
     }
     errs
 }
@@ -209,30 +274,53 @@ fn http_path(p: &networking::HTTPIngressPath, path: &Path) -> ErrorList {
     let mut errs = Vec::new();
     let value = s(&p.path);
     match p.path_type.as_str() {
-        "" => errs.push(FieldError::required(path.child("pathType"), "pathType must be specified")),
+        "" => errs.push(FieldError::required(
+            path.child("pathType"),
+            "pathType must be specified",
+        )),
         "Exact" | "Prefix" => {
             if !value.starts_with('/') {
-                errs.push(FieldError::invalid_str(path.child("path"), value, "must be an absolute path"));
+                errs.push(FieldError::invalid_str(
+                    path.child("path"),
+                    value,
+                    "must be an absolute path",
+                ));
             }
             if !value.is_empty() {
                 for seq in INVALID_PATH_SEQUENCES {
                     if value.contains(seq) {
-                        errs.push(FieldError::invalid_str(path.child("path"), value, format!("must not contain '{seq}'")));
+                        errs.push(FieldError::invalid_str(
+                            path.child("path"),
+                            value,
+                            format!("must not contain '{seq}'"),
+                        ));
                     }
                 }
                 for suffix in INVALID_PATH_SUFFIXES {
                     if value.ends_with(suffix) {
-                        errs.push(FieldError::invalid_str(path.child("path"), value, format!("cannot end with '{suffix}'")));
+                        errs.push(FieldError::invalid_str(
+                            path.child("path"),
+                            value,
+                            format!("cannot end with '{suffix}'"),
+                        ));
                     }
                 }
             }
         }
         "ImplementationSpecific" => {
             if !value.is_empty() && !value.starts_with('/') {
-                errs.push(FieldError::invalid_str(path.child("path"), value, "must be an absolute path"));
+                errs.push(FieldError::invalid_str(
+                    path.child("path"),
+                    value,
+                    "must be an absolute path",
+                ));
             }
         }
-        other => errs.push(FieldError::not_supported(path.child("pathType"), other, PATH_TYPES)),
+        other => errs.push(FieldError::not_supported(
+            path.child("pathType"),
+            other,
+            PATH_TYPES,
+        )),
     }
     errs.extend(ingress_backend(&p.backend, &path.child("backend")));
     errs
@@ -244,7 +332,11 @@ fn ingress_spec(spec: &networking::IngressSpec, path: &Path) -> ErrorList {
     if let Some(b) = &spec.default_backend {
         errs.extend(ingress_backend(b, &path.child("defaultBackend")));
     } else if rules.is_empty() {
-        errs.push(FieldError::invalid(path.child("rules"), "[]networking.IngressRule(nil)", "either `defaultBackend` or `rules` must be specified"));
+        errs.push(FieldError::invalid(
+            path.child("rules"),
+            "[]networking.IngressRule(nil)",
+            "either `defaultBackend` or `rules` must be specified",
+        ));
     }
     for (i, r) in rules.iter().enumerate() {
         let p = path.child("rules").index(i);
@@ -252,7 +344,11 @@ fn ingress_spec(spec: &networking::IngressSpec, path: &Path) -> ErrorList {
         if !host.is_empty() {
             errs.extend(host_rule(host, &p.child("host")));
             if names::parse_ip_sloppy(host).is_some() {
-                errs.push(FieldError::invalid_str(p.child("host"), host, "must be a DNS name, not an IP address"));
+                errs.push(FieldError::invalid_str(
+                    p.child("host"),
+                    host,
+                    "must be a DNS name, not an IP address",
+                ));
             }
         }
         if let Some(http) = &r.http {
@@ -272,22 +368,39 @@ fn ingress_spec(spec: &networking::IngressSpec, path: &Path) -> ErrorList {
         }
         let secret = s(&tls.secret_name);
         if !secret.is_empty() {
-            errs.extend(invalid_each(&p.child("secretName"), secret, names::is_dns1123_subdomain(secret)));
+            errs.extend(invalid_each(
+                &p.child("secretName"),
+                secret,
+                names::is_dns1123_subdomain(secret),
+            ));
         }
     }
     if let Some(class) = &spec.ingress_class_name {
-        errs.extend(invalid_each(&path.child("ingressClassName"), class, names::is_dns1123_subdomain(class)));
+        errs.extend(invalid_each(
+            &path.child("ingressClassName"),
+            class,
+            names::is_dns1123_subdomain(class),
+        ));
     }
     errs
 }
 
 pub(crate) fn ingress(ing: &networking::Ingress, old: Option<&networking::Ingress>) -> ErrorList {
-    let mut errs = meta(&ing.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+    let mut errs = meta(
+        &ing.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let spec = ing.spec.clone().unwrap_or_default();
     errs.extend(ingress_spec(&spec, &Path::new("spec")));
     if old.is_none()
         && spec.ingress_class_name.is_some()
-        && let Some(v) = ing.metadata.annotations.as_ref().and_then(|a| a.get("kubernetes.io/ingress.class"))
+        && let Some(v) = ing
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("kubernetes.io/ingress.class"))
     {
         errs.push(FieldError::invalid_str(
             Path::new("annotations").child("kubernetes.io/ingress.class"),
@@ -299,7 +412,8 @@ pub(crate) fn ingress(ing: &networking::Ingress, old: Option<&networking::Ingres
 }
 
 pub(crate) fn ingress_status(ing: &networking::Ingress, old: &networking::Ingress) -> ErrorList {
-    let mut errs = validate_object_meta_update(&ing.metadata, &old.metadata, &Path::new("metadata"));
+    let mut errs =
+        validate_object_meta_update(&ing.metadata, &old.metadata, &Path::new("metadata"));
     let path = Path::new("status").child("loadBalancer").child("ingress");
     let ingress = ing
         .status
@@ -317,15 +431,27 @@ pub(crate) fn ingress_status(ing: &networking::Ingress, old: &networking::Ingres
         if !host.is_empty() {
             errs.extend(dns1123_subdomain(host, &p.child("hostname")));
             if names::parse_ip_sloppy(host).is_some() {
-                errs.push(FieldError::invalid_str(p.child("hostname"), host, "must be a DNS name, not an IP address"));
+                errs.push(FieldError::invalid_str(
+                    p.child("hostname"),
+                    host,
+                    "must be a DNS name, not an IP address",
+                ));
             }
         }
     }
     errs
 }
 
-pub(crate) fn ingress_class(ic: &networking::IngressClass, old: Option<&networking::IngressClass>) -> ErrorList {
-    let mut errs = meta(&ic.metadata, old.map(|o| &o.metadata), false, names::name_is_dns_subdomain);
+pub(crate) fn ingress_class(
+    ic: &networking::IngressClass,
+    old: Option<&networking::IngressClass>,
+) -> ErrorList {
+    let mut errs = meta(
+        &ic.metadata,
+        old.map(|o| &o.metadata),
+        false,
+        names::name_is_dns_subdomain,
+    );
     let spec = ic.spec.clone().unwrap_or_default();
     let path = Path::new("spec");
     let controller = s(&spec.controller);
@@ -349,20 +475,40 @@ pub(crate) fn ingress_class(ic: &networking::IngressClass, old: Option<&networki
             None => errs.push(FieldError::required(pp.child("scope"), "")),
             Some("Namespace") => {
                 if s(&params.namespace).is_empty() {
-                    errs.push(FieldError::required(pp.child("namespace"), "`parameters.scope` is set to 'Namespace'"));
+                    errs.push(FieldError::required(
+                        pp.child("namespace"),
+                        "`parameters.scope` is set to 'Namespace'",
+                    ));
                 }
             }
             Some("Cluster") => {
                 if params.namespace.is_some() {
-                    errs.push(FieldError::forbidden(pp.child("namespace"), "`parameters.scope` is set to 'Cluster'"));
+                    errs.push(FieldError::forbidden(
+                        pp.child("namespace"),
+                        "`parameters.scope` is set to 'Cluster'",
+                    ));
                 }
             }
-            Some(other) => errs.push(FieldError::not_supported(pp.child("scope"), other, &["Cluster", "Namespace"])),
+            Some(other) => errs.push(FieldError::not_supported(
+                pp.child("scope"),
+                other,
+                &["Cluster", "Namespace"],
+            )),
         }
     }
     if let Some(old) = old {
-        let old_controller = old.spec.as_ref().map(|sp| s(&sp.controller)).unwrap_or("").to_string();
-        errs.extend(immutable(&controller.to_string(), &old_controller, &cp, || quote(controller)));
+        let old_controller = old
+            .spec
+            .as_ref()
+            .map(|sp| s(&sp.controller))
+            .unwrap_or("")
+            .to_string();
+        errs.extend(immutable(
+            &controller.to_string(),
+            &old_controller,
+            &cp,
+            || quote(controller),
+        ));
     }
     errs
 }
@@ -372,7 +518,11 @@ fn network_policy_port(port: &networking::NetworkPolicyPort, path: &Path) -> Err
     if let Some(proto) = &port.protocol
         && !["SCTP", "TCP", "UDP"].contains(&proto.as_str())
     {
-        errs.push(FieldError::not_supported(path.child("protocol"), proto, &["SCTP", "TCP", "UDP"]));
+        errs.push(FieldError::not_supported(
+            path.child("protocol"),
+            proto,
+            &["SCTP", "TCP", "UDP"],
+        ));
     }
     match &port.port {
         Some(IntOrString::Int(n)) => {
@@ -381,22 +531,40 @@ fn network_policy_port(port: &networking::NetworkPolicyPort, path: &Path) -> Err
             }
             if let Some(end) = port.end_port {
                 if end < *n {
-                    errs.push(FieldError::invalid(path.child("endPort"), n.to_string(), "must be greater than or equal to `port`"));
+                    errs.push(FieldError::invalid(
+                        path.child("endPort"),
+                        n.to_string(),
+                        "must be greater than or equal to `port`",
+                    ));
                 }
                 for m in names::is_valid_port_num(i64::from(end)) {
-                    errs.push(FieldError::invalid(path.child("endPort"), end.to_string(), m));
+                    errs.push(FieldError::invalid(
+                        path.child("endPort"),
+                        end.to_string(),
+                        m,
+                    ));
                 }
             }
         }
         Some(IntOrString::String(name)) => {
             if port.end_port.is_some() {
-                errs.push(FieldError::forbidden(path.child("endPort"), "may not be specified when `port` is non-numeric"));
+                errs.push(FieldError::forbidden(
+                    path.child("endPort"),
+                    "may not be specified when `port` is non-numeric",
+                ));
             }
-            errs.extend(invalid_each(&path.child("port"), name, names::is_valid_port_name(name)));
+            errs.extend(invalid_each(
+                &path.child("port"),
+                name,
+                names::is_valid_port_name(name),
+            ));
         }
         None => {
             if port.end_port.is_some() {
-                errs.push(FieldError::required(path.child("port"), "must be specified when `endPort` is specified"));
+                errs.push(FieldError::required(
+                    path.child("port"),
+                    "must be specified when `endPort` is specified",
+                ));
             }
         }
     }
@@ -408,7 +576,9 @@ fn ip_block(block: &networking::IPBlock, path: &Path) -> ErrorList {
     if block.cidr.is_empty() {
         return vec![FieldError::required(cp, "")];
     }
-    let Some((_, net)) = names::parse_cidr_sloppy(&block.cidr) else { return names::is_valid_cidr(&cp, &block.cidr) };
+    let Some((_, net)) = names::parse_cidr_sloppy(&block.cidr) else {
+        return names::is_valid_cidr(&cp, &block.cidr);
+    };
     let mut errs = Vec::new();
     for (i, ex) in slice(&block.except).iter().enumerate() {
         let ep = path.child("except").index(i);
@@ -417,9 +587,15 @@ fn ip_block(block: &networking::IPBlock, path: &Path) -> ErrorList {
             errs.extend(e);
             continue;
         }
-        let Some((_, exnet)) = names::parse_cidr_sloppy(ex) else { continue };
+        let Some((_, exnet)) = names::parse_cidr_sloppy(ex) else {
+            continue;
+        };
         if !net.contains(&exnet.network()) || exnet.prefix_len() <= net.prefix_len() {
-            errs.push(FieldError::invalid_str(ep, &exnet.to_string(), "must be a strict subset of `cidr`"));
+            errs.push(FieldError::invalid_str(
+                ep,
+                &exnet.to_string(),
+                "must be a strict subset of `cidr`",
+            ));
         }
     }
     errs
@@ -430,11 +606,17 @@ fn network_policy_peer(peer: &networking::NetworkPolicyPeer, path: &Path) -> Err
     let mut n = 0;
     if let Some(sel) = &peer.pod_selector {
         n += 1;
-        errs.extend(validate_label_selector(Some(sel), &path.child("podSelector")));
+        errs.extend(validate_label_selector(
+            Some(sel),
+            &path.child("podSelector"),
+        ));
     }
     if let Some(sel) = &peer.namespace_selector {
         n += 1;
-        errs.extend(validate_label_selector(Some(sel), &path.child("namespaceSelector")));
+        errs.extend(validate_label_selector(
+            Some(sel),
+            &path.child("namespaceSelector"),
+        ));
     }
     if let Some(b) = &peer.ip_block {
         n += 1;
@@ -443,16 +625,30 @@ fn network_policy_peer(peer: &networking::NetworkPolicyPeer, path: &Path) -> Err
     if n == 0 {
         errs.push(FieldError::required(path, "must specify a peer"));
     } else if peer.ip_block.is_some() && n > 1 {
-        errs.push(FieldError::forbidden(path, "may not specify both ipBlock and another peer"));
+        errs.push(FieldError::forbidden(
+            path,
+            "may not specify both ipBlock and another peer",
+        ));
     }
     errs
 }
 
-pub(crate) fn network_policy(np: &networking::NetworkPolicy, old: Option<&networking::NetworkPolicy>) -> ErrorList {
-    let mut errs = meta(&np.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+pub(crate) fn network_policy(
+    np: &networking::NetworkPolicy,
+    old: Option<&networking::NetworkPolicy>,
+) -> ErrorList {
+    let mut errs = meta(
+        &np.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let spec = np.spec.clone().unwrap_or_default();
     let path = Path::new("spec");
-    errs.extend(validate_label_selector(spec.pod_selector.as_ref(), &path.child("podSelector")));
+    errs.extend(validate_label_selector(
+        spec.pod_selector.as_ref(),
+        &path.child("podSelector"),
+    ));
     for (i, rule) in slice(&spec.ingress).iter().enumerate() {
         let p = path.child("ingress").index(i);
         for (j, port) in slice(&rule.ports).iter().enumerate() {
@@ -474,7 +670,11 @@ pub(crate) fn network_policy(np: &networking::NetworkPolicy, old: Option<&networ
     let types = slice(&spec.policy_types);
     for (i, t) in types.iter().enumerate() {
         if t != "Ingress" && t != "Egress" {
-            errs.push(FieldError::not_supported(path.child("policyTypes").index(i), t, &["Ingress", "Egress"]));
+            errs.push(FieldError::not_supported(
+                path.child("policyTypes").index(i),
+                t,
+                &["Ingress", "Egress"],
+            ));
         }
     }
     if types.len() > 2 {

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashSet};
 use k8s_openapi::api::core::v1 as core;
 
 use super::common::{
-    dns1123_label, go_strings, invalid_each, meta, nonneg, port_num_or_name, port_protocol, qualified_name, s, slice,
-    validate_annotations, validate_labels, validate_object_meta_update,
+    dns1123_label, go_strings, invalid_each, meta, nonneg, port_num_or_name, port_protocol,
+    qualified_name, s, slice, validate_annotations, validate_labels, validate_object_meta_update,
 };
 use crate::errors::{ErrorList, FieldError, Path, quote};
 use crate::names;
@@ -40,14 +40,19 @@ fn validate_volumes(volumes: &[core::Volume], path: &Path) -> (HashSet<String>, 
         let mut el = Vec::new();
         // Count the volume sources that are set: every field but the name is a source.
         let sources: Vec<String> = match serde_json::to_value(v) {
-            Ok(serde_json::Value::Object(m)) => m.keys().filter(|k| k.as_str() != "name").cloned().collect(),
+            Ok(serde_json::Value::Object(m)) => {
+                m.keys().filter(|k| k.as_str() != "name").cloned().collect()
+            }
             _ => Vec::new(),
         };
         if sources.is_empty() {
             el.push(FieldError::required(&p, "must specify a volume type"));
         }
         for extra in sources.iter().skip(1) {
-            el.push(FieldError::forbidden(p.child(extra), "may not specify more than 1 volume type"));
+            el.push(FieldError::forbidden(
+                p.child(extra),
+                "may not specify more than 1 volume type",
+            ));
         }
         if v.name.is_empty() {
             el.push(FieldError::required(p.child("name"), ""));
@@ -84,7 +89,11 @@ fn validate_container_ports(ports: &[core::ContainerPort], path: &Path) -> Error
             errs.push(FieldError::required(p.child("containerPort"), ""));
         } else {
             for m in names::is_valid_port_num(i64::from(port.container_port)) {
-                errs.push(FieldError::invalid(p.child("containerPort"), port.container_port.to_string(), m));
+                errs.push(FieldError::invalid(
+                    p.child("containerPort"),
+                    port.container_port.to_string(),
+                    m,
+                ));
             }
         }
         let hp = port.host_port.unwrap_or(0);
@@ -93,7 +102,10 @@ fn validate_container_ports(ports: &[core::ContainerPort], path: &Path) -> Error
                 errs.push(FieldError::invalid(p.child("hostPort"), hp.to_string(), m));
             }
         }
-        errs.extend(port_protocol(port.protocol.as_deref(), &p.child("protocol")));
+        errs.extend(port_protocol(
+            port.protocol.as_deref(),
+            &p.child("protocol"),
+        ));
     }
     errs
 }
@@ -128,7 +140,11 @@ fn validate_env(vars: &[core::EnvVar], path: &Path) -> ErrorList {
         if ev.name.is_empty() {
             errs.push(FieldError::required(p.child("name"), ""));
         }
-        errs.extend(invalid_each(&p.child("name"), &ev.name, names::is_relaxed_env_var_name(&ev.name)));
+        errs.extend(invalid_each(
+            &p.child("name"),
+            &ev.name,
+            names::is_relaxed_env_var_name(&ev.name),
+        ));
         let Some(from) = &ev.value_from else { continue };
         let vp = p.child("valueFrom");
         let mut sources = 0;
@@ -162,7 +178,10 @@ fn validate_env(vars: &[core::EnvVar], path: &Path) -> ErrorList {
         if let Some(rf) = &from.resource_field_ref {
             sources += 1;
             if rf.resource.is_empty() {
-                errs.push(FieldError::required(vp.child("resourceFieldRef").child("resource"), ""));
+                errs.push(FieldError::required(
+                    vp.child("resourceFieldRef").child("resource"),
+                    "",
+                ));
             }
         }
         if let Some(cm) = &from.config_map_key_ref {
@@ -174,7 +193,11 @@ fn validate_env(vars: &[core::EnvVar], path: &Path) -> ErrorList {
             if cm.key.is_empty() {
                 errs.push(FieldError::required(kp.child("key"), ""));
             } else {
-                errs.extend(invalid_each(&kp.child("key"), &cm.key, names::is_config_map_key(&cm.key)));
+                errs.extend(invalid_each(
+                    &kp.child("key"),
+                    &cm.key,
+                    names::is_config_map_key(&cm.key),
+                ));
             }
         }
         if let Some(sk) = &from.secret_key_ref {
@@ -186,7 +209,11 @@ fn validate_env(vars: &[core::EnvVar], path: &Path) -> ErrorList {
             if sk.key.is_empty() {
                 errs.push(FieldError::required(kp.child("key"), ""));
             } else {
-                errs.extend(invalid_each(&kp.child("key"), &sk.key, names::is_config_map_key(&sk.key)));
+                errs.extend(invalid_each(
+                    &kp.child("key"),
+                    &sk.key,
+                    names::is_config_map_key(&sk.key),
+                ));
             }
         }
         if from.file_key_ref.is_some() {
@@ -199,15 +226,27 @@ fn validate_env(vars: &[core::EnvVar], path: &Path) -> ErrorList {
                 "must specify one of: `fieldRef`, `resourceFieldRef`, `configMapKeyRef` or `secretKeyRef`",
             ));
         } else if !s(&ev.value).is_empty() {
-            errs.push(FieldError::invalid_str(&vp, "", "may not be specified when `value` is not empty"));
+            errs.push(FieldError::invalid_str(
+                &vp,
+                "",
+                "may not be specified when `value` is not empty",
+            ));
         } else if sources > 1 {
-            errs.push(FieldError::invalid_str(&vp, "", "may not have more than one field specified at a time"));
+            errs.push(FieldError::invalid_str(
+                &vp,
+                "",
+                "may not have more than one field specified at a time",
+            ));
         }
     }
     errs
 }
 
-fn validate_volume_mounts(mounts: &[core::VolumeMount], volumes: &HashSet<String>, path: &Path) -> ErrorList {
+fn validate_volume_mounts(
+    mounts: &[core::VolumeMount],
+    volumes: &HashSet<String>,
+    path: &Path,
+) -> ErrorList {
     let mut errs = Vec::new();
     let mut paths = HashSet::new();
     for (i, m) in mounts.iter().enumerate() {
@@ -220,7 +259,11 @@ fn validate_volume_mounts(mounts: &[core::VolumeMount], volumes: &HashSet<String
         if m.mount_path.is_empty() {
             errs.push(FieldError::required(p.child("mountPath"), ""));
         } else if !paths.insert(m.mount_path.clone()) {
-            errs.push(FieldError::invalid_str(p.child("mountPath"), &m.mount_path, "must be unique"));
+            errs.push(FieldError::invalid_str(
+                p.child("mountPath"),
+                &m.mount_path,
+                "must be unique",
+            ));
         }
     }
     errs
@@ -234,12 +277,18 @@ fn validate_probe(probe: Option<&core::Probe>, path: &Path, kind: &str) -> Error
     if let Some(exec) = &probe.exec {
         handlers += 1;
         if slice(&exec.command).is_empty() {
-            errs.push(FieldError::required(path.child("exec").child("command"), ""));
+            errs.push(FieldError::required(
+                path.child("exec").child("command"),
+                "",
+            ));
         }
     }
     if let Some(http) = &probe.http_get {
         if handlers > 0 {
-            errs.push(FieldError::forbidden(path.child("httpGet"), "may not specify more than 1 handler type"));
+            errs.push(FieldError::forbidden(
+                path.child("httpGet"),
+                "may not specify more than 1 handler type",
+            ));
         } else {
             handlers += 1;
             let hp = path.child("httpGet");
@@ -249,46 +298,86 @@ fn validate_probe(probe: Option<&core::Probe>, path: &Path, kind: &str) -> Error
             errs.extend(port_num_or_name(Some(&http.port), &hp.child("port")));
             let scheme = s(&http.scheme);
             if !URI_SCHEMES.contains(&scheme) {
-                errs.push(FieldError::not_supported(hp.child("scheme"), scheme, URI_SCHEMES));
+                errs.push(FieldError::not_supported(
+                    hp.child("scheme"),
+                    scheme,
+                    URI_SCHEMES,
+                ));
             }
         }
     }
     if let Some(tcp) = &probe.tcp_socket {
         if handlers > 0 {
-            errs.push(FieldError::forbidden(path.child("tcpSocket"), "may not specify more than 1 handler type"));
+            errs.push(FieldError::forbidden(
+                path.child("tcpSocket"),
+                "may not specify more than 1 handler type",
+            ));
         } else {
             handlers += 1;
-            errs.extend(port_num_or_name(Some(&tcp.port), &path.child("tcpSocket").child("port")));
+            errs.extend(port_num_or_name(
+                Some(&tcp.port),
+                &path.child("tcpSocket").child("port"),
+            ));
         }
     }
     if let Some(grpc) = &probe.grpc {
         if handlers > 0 {
-            errs.push(FieldError::forbidden(path.child("grpc"), "may not specify more than 1 handler type"));
+            errs.push(FieldError::forbidden(
+                path.child("grpc"),
+                "may not specify more than 1 handler type",
+            ));
         } else {
             handlers += 1;
             for m in names::is_valid_port_num(i64::from(grpc.port)) {
-                errs.push(FieldError::invalid(path.child("grpc").child("port"), grpc.port.to_string(), m));
+                errs.push(FieldError::invalid(
+                    path.child("grpc").child("port"),
+                    grpc.port.to_string(),
+                    m,
+                ));
             }
         }
     }
     if handlers == 0 {
         errs.push(FieldError::required(path, "must specify a handler type"));
     }
-    errs.extend(nonneg(i64::from(probe.initial_delay_seconds.unwrap_or(0)), &path.child("initialDelaySeconds")));
-    errs.extend(nonneg(i64::from(probe.timeout_seconds.unwrap_or(0)), &path.child("timeoutSeconds")));
-    errs.extend(nonneg(i64::from(probe.period_seconds.unwrap_or(0)), &path.child("periodSeconds")));
-    errs.extend(nonneg(i64::from(probe.success_threshold.unwrap_or(0)), &path.child("successThreshold")));
-    errs.extend(nonneg(i64::from(probe.failure_threshold.unwrap_or(0)), &path.child("failureThreshold")));
+    errs.extend(nonneg(
+        i64::from(probe.initial_delay_seconds.unwrap_or(0)),
+        &path.child("initialDelaySeconds"),
+    ));
+    errs.extend(nonneg(
+        i64::from(probe.timeout_seconds.unwrap_or(0)),
+        &path.child("timeoutSeconds"),
+    ));
+    errs.extend(nonneg(
+        i64::from(probe.period_seconds.unwrap_or(0)),
+        &path.child("periodSeconds"),
+    ));
+    errs.extend(nonneg(
+        i64::from(probe.success_threshold.unwrap_or(0)),
+        &path.child("successThreshold"),
+    ));
+    errs.extend(nonneg(
+        i64::from(probe.failure_threshold.unwrap_or(0)),
+        &path.child("failureThreshold"),
+    ));
     match kind {
         "liveness" | "startup" => {
             let st = probe.success_threshold.unwrap_or(0);
             if st != 1 {
-                errs.push(FieldError::invalid(path.child("successThreshold"), st.to_string(), "must be 1"));
+                errs.push(FieldError::invalid(
+                    path.child("successThreshold"),
+                    st.to_string(),
+                    "must be 1",
+                ));
             }
             if let Some(t) = probe.termination_grace_period_seconds
                 && t <= 0
             {
-                errs.push(FieldError::invalid(path.child("terminationGracePeriodSeconds"), t.to_string(), "must be greater than 0"));
+                errs.push(FieldError::invalid(
+                    path.child("terminationGracePeriodSeconds"),
+                    t.to_string(),
+                    "must be greater than 0",
+                ));
             }
         }
         _ => {
@@ -332,28 +421,59 @@ fn validate_containers(
                 errs.push(FieldError::required(p.child("image"), ""));
             }
         } else if image.len() != image.trim().len() {
-            errs.push(FieldError::invalid_str(p.child("image"), image, "must not have leading or trailing whitespace"));
+            errs.push(FieldError::invalid_str(
+                p.child("image"),
+                image,
+                "must not have leading or trailing whitespace",
+            ));
         }
         errs.extend(validate_container_ports(slice(&c.ports), &p.child("ports")));
         errs.extend(validate_env(slice(&c.env), &p.child("env")));
-        errs.extend(validate_volume_mounts(slice(&c.volume_mounts), volumes, &p.child("volumeMounts")));
+        errs.extend(validate_volume_mounts(
+            slice(&c.volume_mounts),
+            volumes,
+            &p.child("volumeMounts"),
+        ));
         let pull = s(&c.image_pull_policy);
         if pull.is_empty() {
             errs.push(FieldError::required(p.child("imagePullPolicy"), ""));
         } else if !PULL_POLICIES.contains(&pull) {
-            errs.push(FieldError::not_supported(p.child("imagePullPolicy"), pull, PULL_POLICIES));
+            errs.push(FieldError::not_supported(
+                p.child("imagePullPolicy"),
+                pull,
+                PULL_POLICIES,
+            ));
         }
         let tmp = s(&c.termination_message_policy);
         if tmp.is_empty() {
-            errs.push(FieldError::required(p.child("terminationMessagePolicy"), ""));
+            errs.push(FieldError::required(
+                p.child("terminationMessagePolicy"),
+                "",
+            ));
         } else if !TERMINATION_MESSAGE_POLICIES.contains(&tmp) {
-            errs.push(FieldError::not_supported(p.child("terminationMessagePolicy"), tmp, TERMINATION_MESSAGE_POLICIES));
+            errs.push(FieldError::not_supported(
+                p.child("terminationMessagePolicy"),
+                tmp,
+                TERMINATION_MESSAGE_POLICIES,
+            ));
         }
         let sidecar = init && s(&c.restart_policy) == "Always";
         if !init || sidecar {
-            errs.extend(validate_probe(c.liveness_probe.as_ref(), &p.child("livenessProbe"), "liveness"));
-            errs.extend(validate_probe(c.readiness_probe.as_ref(), &p.child("readinessProbe"), "readiness"));
-            errs.extend(validate_probe(c.startup_probe.as_ref(), &p.child("startupProbe"), "startup"));
+            errs.extend(validate_probe(
+                c.liveness_probe.as_ref(),
+                &p.child("livenessProbe"),
+                "liveness",
+            ));
+            errs.extend(validate_probe(
+                c.readiness_probe.as_ref(),
+                &p.child("readinessProbe"),
+                "readiness",
+            ));
+            errs.extend(validate_probe(
+                c.startup_probe.as_ref(),
+                &p.child("startupProbe"),
+                "startup",
+            ));
         } else {
             for (field, set) in [
                 ("lifecycle", c.lifecycle.is_some()),
@@ -373,11 +493,18 @@ fn validate_containers(
     errs
 }
 
-fn validate_dns_config(config: Option<&core::PodDNSConfig>, policy: &str, path: &Path) -> ErrorList {
+fn validate_dns_config(
+    config: Option<&core::PodDNSConfig>,
+    policy: &str,
+    path: &Path,
+) -> ErrorList {
     let mut errs = Vec::new();
     if policy == "None" {
         let Some(cfg) = config else {
-            return vec![FieldError::required(path, "must provide `dnsConfig` when `dnsPolicy` is None")];
+            return vec![FieldError::required(
+                path,
+                "must provide `dnsConfig` when `dnsPolicy` is None",
+            )];
         };
         if slice(&cfg.nameservers).is_empty() {
             return vec![FieldError::required(
@@ -426,7 +553,10 @@ fn validate_dns_config(config: Option<&core::PodDNSConfig>, policy: &str, path: 
     }
     for (i, o) in slice(&cfg.options).iter().enumerate() {
         if s(&o.name).is_empty() {
-            errs.push(FieldError::required(path.child("options").index(i), "Option.Name must not be empty"));
+            errs.push(FieldError::required(
+                path.child("options").index(i),
+                "Option.Name must not be empty",
+            ));
         }
     }
     errs
@@ -461,7 +591,11 @@ pub(crate) fn validate_tolerations(tolerations: &[core::Toleration], path: &Path
             "Equal" | "" => {
                 let msgs = names::is_valid_label_value(value);
                 if !msgs.is_empty() {
-                    errs.push(FieldError::invalid_str(p.child("operator"), value, msgs.join(";")));
+                    errs.push(FieldError::invalid_str(
+                        p.child("operator"),
+                        value,
+                        msgs.join(";"),
+                    ));
                 }
             }
             "Exists" => {
@@ -478,10 +612,18 @@ pub(crate) fn validate_tolerations(tolerations: &[core::Toleration], path: &Path
                     ));
                 }
             }
-            other => errs.push(FieldError::not_supported(p.child("operator"), other, &["Equal", "Exists"])),
+            other => errs.push(FieldError::not_supported(
+                p.child("operator"),
+                other,
+                &["Equal", "Exists"],
+            )),
         }
         if !effect.is_empty() && !TAINT_EFFECTS.contains(&effect) {
-            errs.push(FieldError::not_supported(p.child("effect"), effect, TAINT_EFFECTS));
+            errs.push(FieldError::not_supported(
+                p.child("effect"),
+                effect,
+                TAINT_EFFECTS,
+            ));
         }
     }
     errs
@@ -493,7 +635,14 @@ pub(crate) fn validate_pod_spec(spec: &core::PodSpec, path: &Path, opts: Opts) -
     let (volumes, verrs) = validate_volumes(slice(&spec.volumes), &path.child("volumes"));
     errs.extend(verrs);
     let mut container_names = HashSet::new();
-    errs.extend(validate_containers(&spec.containers, &volumes, &path.child("containers"), opts, false, &mut container_names));
+    errs.extend(validate_containers(
+        &spec.containers,
+        &volumes,
+        &path.child("containers"),
+        opts,
+        false,
+        &mut container_names,
+    ));
     errs.extend(validate_containers(
         slice(&spec.init_containers),
         &volumes,
@@ -508,7 +657,11 @@ pub(crate) fn validate_pod_spec(spec: &core::PodSpec, path: &Path, opts: Opts) -
                 let hp = port.host_port.unwrap_or(0);
                 if hp != 0 && hp != port.container_port {
                     errs.push(FieldError::invalid(
-                        path.child("containers").index(i).child("ports").index(j).child("hostPort"),
+                        path.child("containers")
+                            .index(i)
+                            .child("ports")
+                            .index(j)
+                            .child("hostPort"),
                         hp.to_string(),
                         "must match `containerPort` when `hostNetwork` is true",
                     ));
@@ -520,31 +673,60 @@ pub(crate) fn validate_pod_spec(spec: &core::PodSpec, path: &Path, opts: Opts) -
     if rp.is_empty() {
         errs.push(FieldError::required(path.child("restartPolicy"), ""));
     } else if !RESTART_POLICIES.contains(&rp) {
-        errs.push(FieldError::not_supported(path.child("restartPolicy"), rp, RESTART_POLICIES));
+        errs.push(FieldError::not_supported(
+            path.child("restartPolicy"),
+            rp,
+            RESTART_POLICIES,
+        ));
     }
     let dp = s(&spec.dns_policy);
     if dp.is_empty() {
         errs.push(FieldError::required(path.child("dnsPolicy"), ""));
     } else if !DNS_POLICIES.contains(&dp) {
-        errs.push(FieldError::not_supported(path.child("dnsPolicy"), dp, DNS_POLICIES));
+        errs.push(FieldError::not_supported(
+            path.child("dnsPolicy"),
+            dp,
+            DNS_POLICIES,
+        ));
     }
-    errs.extend(validate_labels(spec.node_selector.as_ref(), &path.child("nodeSelector")));
+    errs.extend(validate_labels(
+        spec.node_selector.as_ref(),
+        &path.child("nodeSelector"),
+    ));
     for (i, secret) in slice(&spec.image_pull_secrets).iter().enumerate() {
         if secret.name.is_empty() {
-            errs.push(FieldError::required(path.child("imagePullSecrets").index(i).child("name"), ""));
+            errs.push(FieldError::required(
+                path.child("imagePullSecrets").index(i).child("name"),
+                "",
+            ));
         }
     }
-    errs.extend(validate_dns_config(spec.dns_config.as_ref(), dp, &path.child("dnsConfig")));
+    errs.extend(validate_dns_config(
+        spec.dns_config.as_ref(),
+        dp,
+        &path.child("dnsConfig"),
+    ));
     for (i, g) in slice(&spec.readiness_gates).iter().enumerate() {
-        errs.extend(qualified_name(&g.condition_type, &path.child("readinessGates").index(i).child("conditionType")));
+        errs.extend(qualified_name(
+            &g.condition_type,
+            &path.child("readinessGates").index(i).child("conditionType"),
+        ));
     }
     let sa = s(&spec.service_account_name);
     if !sa.is_empty() {
-        errs.extend(invalid_each(&path.child("serviceAccountName"), sa, names::is_dns1123_subdomain(sa)));
+        errs.extend(invalid_each(
+            &path.child("serviceAccountName"),
+            sa,
+            names::is_dns1123_subdomain(sa),
+        ));
     }
     let node = s(&spec.node_name);
     if !node.is_empty() {
-        errs.extend(invalid_each(&path.child("nodeName"), node, names::is_dns1123_subdomain(node)));
+        errs.extend(invalid_each(
+            &path.child("nodeName"),
+            node,
+            names::is_dns1123_subdomain(node),
+        ));
     }
     if let Some(ads) = spec.active_deadline_seconds
         && !(1..=MAX_INT32).contains(&ads)
@@ -563,23 +745,41 @@ pub(crate) fn validate_pod_spec(spec: &core::PodSpec, path: &Path, opts: Opts) -
     if !subdomain.is_empty() {
         errs.extend(dns1123_label(subdomain, &path.child("subdomain")));
     }
-    errs.extend(validate_tolerations(slice(&spec.tolerations), &path.child("tolerations")));
+    errs.extend(validate_tolerations(
+        slice(&spec.tolerations),
+        &path.child("tolerations"),
+    ));
     for (i, ha) in slice(&spec.host_aliases).iter().enumerate() {
         let p = path.child("hostAliases").index(i);
         errs.extend(names::is_valid_ip(&p.child("ip"), &ha.ip));
         for (j, h) in slice(&ha.hostnames).iter().enumerate() {
-            errs.extend(invalid_each(&p.child("hostnames").index(j), h, names::is_dns1123_subdomain(h)));
+            errs.extend(invalid_each(
+                &p.child("hostnames").index(j),
+                h,
+                names::is_dns1123_subdomain(h),
+            ));
         }
     }
     let pcn = s(&spec.priority_class_name);
     if !pcn.is_empty() {
-        errs.extend(invalid_each(&path.child("priorityClassName"), pcn, names::is_dns1123_subdomain(pcn)));
+        errs.extend(invalid_each(
+            &path.child("priorityClassName"),
+            pcn,
+            names::is_dns1123_subdomain(pcn),
+        ));
     }
     if let Some(os) = &spec.os {
         if os.name.is_empty() {
-            errs.push(FieldError::required(path.child("os").child("name"), "cannot be empty"));
+            errs.push(FieldError::required(
+                path.child("os").child("name"),
+                "cannot be empty",
+            ));
         } else if !["linux", "windows"].contains(&os.name.as_str()) {
-            errs.push(FieldError::not_supported(path.child("os"), &os.name, &["linux", "windows"]));
+            errs.push(FieldError::not_supported(
+                path.child("os"),
+                &os.name,
+                &["linux", "windows"],
+            ));
         }
     }
     errs
@@ -590,9 +790,18 @@ pub(crate) fn validate_pod_template_spec(t: &core::PodTemplateSpec, path: &Path)
     let mut errs = Vec::new();
     let meta = t.metadata.clone().unwrap_or_default();
     errs.extend(validate_labels(meta.labels.as_ref(), &path.child("labels")));
-    errs.extend(validate_annotations(meta.annotations.as_ref(), &path.child("annotations")));
+    errs.extend(validate_annotations(
+        meta.annotations.as_ref(),
+        &path.child("annotations"),
+    ));
     let spec = t.spec.clone().unwrap_or_default();
-    errs.extend(validate_pod_spec(&spec, &path.child("spec"), Opts { resource_is_pod: false }));
+    errs.extend(validate_pod_spec(
+        &spec,
+        &path.child("spec"),
+        Opts {
+            resource_is_pod: false,
+        },
+    ));
     if !slice(&spec.ephemeral_containers).is_empty() {
         errs.push(FieldError::forbidden(
             path.child("spec").child("ephemeralContainers"),
@@ -604,7 +813,9 @@ pub(crate) fn validate_pod_template_spec(t: &core::PodTemplateSpec, path: &Path)
 
 fn validate_pod_ips(pod: &core::Pod) -> ErrorList {
     let mut errs = Vec::new();
-    let Some(status) = &pod.status else { return errs };
+    let Some(status) = &pod.status else {
+        return errs;
+    };
     let path = Path::new("status").child("podIPs");
     let ips = slice(&status.pod_ips);
     for (i, ip) in ips.iter().enumerate() {
@@ -613,28 +824,53 @@ fn validate_pod_ips(pod: &core::Pod) -> ErrorList {
     let pod_ip = s(&status.pod_ip);
     if !pod_ip.is_empty() {
         if ips.is_empty() {
-            errs.extend(names::is_valid_ip(&Path::new("status").child("podIP"), pod_ip));
+            errs.extend(names::is_valid_ip(
+                &Path::new("status").child("podIP"),
+                pod_ip,
+            ));
         } else if ips[0].ip != pod_ip {
-            errs.push(FieldError::invalid_str(path.index(0).child("ip"), &ips[0].ip, "must match `podIP`"));
+            errs.push(FieldError::invalid_str(
+                path.index(0).child("ip"),
+                &ips[0].ip,
+                "must match `podIP`",
+            ));
         }
     }
     if ips.len() > 1 {
-        let v6 = ips.iter().filter(|ip| names::is_ipv6_string(&ip.ip)).count();
+        let v6 = ips
+            .iter()
+            .filter(|ip| names::is_ipv6_string(&ip.ip))
+            .count();
         if ips.len() > 2 || v6 != 1 {
-            let rendered =
-                format!("[]core.PodIP{{{}}}", ips.iter().map(|ip| format!("core.PodIP{{IP:{}}}", quote(&ip.ip))).collect::<Vec<_>>().join(", "));
-            errs.push(FieldError::invalid(&path, rendered, "may specify no more than one IP for each IP family"));
+            let rendered = format!(
+                "[]core.PodIP{{{}}}",
+                ips.iter()
+                    .map(|ip| format!("core.PodIP{{IP:{}}}", quote(&ip.ip)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            errs.push(FieldError::invalid(
+                &path,
+                rendered,
+                "may specify no more than one IP for each IP family",
+            ));
         }
         let mut seen = HashSet::new();
         for (i, ip) in ips.iter().enumerate() {
             if !seen.insert(ip.ip.as_str()) {
-                errs.push(FieldError::duplicate(path.index(i), format!("core.PodIP{{IP:{}}}", quote(&ip.ip))));
+                errs.push(FieldError::duplicate(
+                    path.index(i),
+                    format!("core.PodIP{{IP:{}}}", quote(&ip.ip)),
+                ));
             }
         }
     }
     let host_ips = slice(&status.host_ips);
     for (i, ip) in host_ips.iter().enumerate() {
-        errs.extend(names::is_valid_ip(&Path::new("status").child("hostIPs").index(i), &ip.ip));
+        errs.extend(names::is_valid_ip(
+            &Path::new("status").child("hostIPs").index(i),
+            &ip.ip,
+        ));
     }
     errs
 }
@@ -644,13 +880,28 @@ fn spec_of(pod: &core::Pod) -> core::PodSpec {
 }
 
 fn validate_pod_metadata_and_spec(pod: &core::Pod, old: Option<&core::Pod>) -> ErrorList {
-    let mut errs = meta(&pod.metadata, old.map(|o| &o.metadata), true, names::name_is_dns_subdomain);
+    let mut errs = meta(
+        &pod.metadata,
+        old.map(|o| &o.metadata),
+        true,
+        names::name_is_dns_subdomain,
+    );
     let spec = spec_of(pod);
-    errs.extend(validate_pod_spec(&spec, &Path::new("spec"), Opts { resource_is_pod: true }));
+    errs.extend(validate_pod_spec(
+        &spec,
+        &Path::new("spec"),
+        Opts {
+            resource_is_pod: true,
+        },
+    ));
     errs
 }
 
-fn tolerations_only_added(new: &[core::Toleration], old: &[core::Toleration], path: &Path) -> ErrorList {
+fn tolerations_only_added(
+    new: &[core::Toleration],
+    old: &[core::Toleration],
+    path: &Path,
+) -> ErrorList {
     for o in old {
         let found = new.iter().any(|n| {
             let mut clone = o.clone();
@@ -658,7 +909,10 @@ fn tolerations_only_added(new: &[core::Toleration], old: &[core::Toleration], pa
             &clone == n
         });
         if !found {
-            return vec![FieldError::forbidden(path, "existing toleration can not be modified except its tolerationSeconds")];
+            return vec![FieldError::forbidden(
+                path,
+                "existing toleration can not be modified except its tolerationSeconds",
+            )];
         }
     }
     Vec::new()
@@ -670,15 +924,25 @@ fn validate_pod_update(new: &core::Pod, old: &core::Pod) -> ErrorList {
     let (ns, os) = (spec_of(new), spec_of(old));
     for (field, nc, oc) in [
         ("containers", &ns.containers[..], &os.containers[..]),
-        ("initContainers", slice(&ns.init_containers), slice(&os.init_containers)),
+        (
+            "initContainers",
+            slice(&ns.init_containers),
+            slice(&os.init_containers),
+        ),
     ] {
         if nc.len() != oc.len() {
-            errs.push(FieldError::forbidden(spec_path.child(field), "pod updates may not add or remove containers"));
+            errs.push(FieldError::forbidden(
+                spec_path.child(field),
+                "pod updates may not add or remove containers",
+            ));
             return errs;
         }
         for (i, c) in nc.iter().enumerate() {
             if s(&c.image).is_empty() {
-                errs.push(FieldError::required(spec_path.child(field).index(i).child("image"), ""));
+                errs.push(FieldError::required(
+                    spec_path.child(field).index(i).child("image"),
+                    "",
+                ));
             }
         }
     }
@@ -710,7 +974,11 @@ fn validate_pod_update(new: &core::Pod, old: &core::Pod) -> ErrorList {
         )),
         (None, None) => {}
     }
-    errs.extend(tolerations_only_added(slice(&ns.tolerations), slice(&os.tolerations), &spec_path.child("tolerations")));
+    errs.extend(tolerations_only_added(
+        slice(&ns.tolerations),
+        slice(&os.tolerations),
+        &spec_path.child("tolerations"),
+    ));
     if ns == os {
         return errs;
     }
@@ -726,18 +994,29 @@ fn validate_pod_update(new: &core::Pod, old: &core::Pod) -> ErrorList {
     }
     munged.active_deadline_seconds = os.active_deadline_seconds;
     munged.tolerations = os.tolerations.clone();
-    if os.termination_grace_period_seconds.is_some_and(|v| v < 0) && ns.termination_grace_period_seconds == Some(1) {
+    if os.termination_grace_period_seconds.is_some_and(|v| v < 0)
+        && ns.termination_grace_period_seconds == Some(1)
+    {
         munged.termination_grace_period_seconds = os.termination_grace_period_seconds;
     }
     // Scheduling gates may only be removed.
-    let old_gates: Vec<String> = slice(&os.scheduling_gates).iter().map(|g| g.name.clone()).collect();
-    if slice(&ns.scheduling_gates).iter().all(|g| old_gates.contains(&g.name)) {
+    let old_gates: Vec<String> = slice(&os.scheduling_gates)
+        .iter()
+        .map(|g| g.name.clone())
+        .collect();
+    if slice(&ns.scheduling_gates)
+        .iter()
+        .all(|g| old_gates.contains(&g.name))
+    {
         munged.scheduling_gates = os.scheduling_gates.clone();
     }
     if munged != os {
         errs.push(FieldError::forbidden(
             &spec_path,
-            format!("pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{}", spec_diff(&os, &munged)),
+            format!(
+                "pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{}",
+                spec_diff(&os, &munged)
+            ),
         ));
     }
     errs
@@ -785,7 +1064,11 @@ fn validate_pod_specific_annotations(pod: &core::Pod) -> ErrorList {
     if let Some(v) = ann.get("controller.kubernetes.io/pod-deletion-cost")
         && v.parse::<i32>().is_err()
     {
-        errs.push(FieldError::invalid_str(path.key("controller.kubernetes.io/pod-deletion-cost"), v, "must be a 32bit integer"));
+        errs.push(FieldError::invalid_str(
+            path.key("controller.kubernetes.io/pod-deletion-cost"),
+            v,
+            "must be a 32bit integer",
+        ));
     }
     errs
 }
@@ -797,7 +1080,10 @@ pub(crate) fn pod(pod: &core::Pod, old: Option<&core::Pod>) -> ErrorList {
         None => {
             let spec = spec_of(pod);
             if !slice(&spec.ephemeral_containers).is_empty() {
-                errs.push(FieldError::forbidden(Path::new("spec").child("ephemeralContainers"), "cannot be set on create"));
+                errs.push(FieldError::forbidden(
+                    Path::new("spec").child("ephemeralContainers"),
+                    "cannot be set on create",
+                ));
             }
             if !s(&spec.node_name).is_empty() && !slice(&spec.scheduling_gates).is_empty() {
                 errs.push(FieldError::forbidden(
@@ -813,20 +1099,27 @@ pub(crate) fn pod(pod: &core::Pod, old: Option<&core::Pod>) -> ErrorList {
 }
 
 pub(crate) fn pod_status(pod: &core::Pod, old: &core::Pod) -> ErrorList {
-    let mut errs = validate_object_meta_update(&pod.metadata, &old.metadata, &Path::new("metadata"));
+    let mut errs =
+        validate_object_meta_update(&pod.metadata, &old.metadata, &Path::new("metadata"));
     let status = pod.status.clone().unwrap_or_default();
     let path = Path::new("status");
     let nominated = s(&status.nominated_node_name);
     if !nominated.is_empty() {
-        errs.extend(invalid_each(&path.child("nominatedNodeName"), nominated, names::is_dns1123_subdomain(nominated)));
+        errs.extend(invalid_each(
+            &path.child("nominatedNodeName"),
+            nominated,
+            names::is_dns1123_subdomain(nominated),
+        ));
     }
     for (i, c) in slice(&status.conditions).iter().enumerate() {
         if ["PodScheduled", "Ready", "Initialized", "ContainersReady"].contains(&c.type_.as_str()) {
             continue;
         }
-        errs.extend(qualified_name(&c.type_, &path.child("conditions").index(i).child("Type")));
+        errs.extend(qualified_name(
+            &c.type_,
+            &path.child("conditions").index(i).child("Type"),
+        ));
     }
     errs.extend(validate_pod_ips(pod));
     errs
 }
-
