@@ -13,6 +13,7 @@
 //! application/octet-stream` (never echo kubectl's Accept value).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 
 use ferry_api::kinds::{KindInfo, Strategy};
 use serde_json::{Map, Value, json};
@@ -26,15 +27,30 @@ mod schemas;
 /// The version written in the documents' `info`.
 pub const INFO_VERSION: &str = "v1.33.0";
 
-/// The prebuilt, immutable OpenAPI documents.
+/// The OpenAPI documents, immutable once built: v3 by [`OpenApi::build`], v2 on first use.
 #[derive(Debug, Clone)]
 pub struct OpenApi {
     index: Vec<u8>,
     /// Keyed by `api/v1`, `apis/apps/v1`, …: (document, hash).
     v3: BTreeMap<String, (Vec<u8>, String)>,
-    v2_protobuf: Vec<u8>,
-    v2_json: Vec<u8>,
-    v2_etag: String,
+    /// The v2 document is only fetched by old kubectl (1.20, 1.27, 1.28): it is built on first use
+    /// from `sources`, keeping server start short.
+    v2: OnceLock<V2>,
+    sources: Arc<Sources>,
+}
+
+#[derive(Debug, Clone)]
+struct V2 {
+    protobuf: Vec<u8>,
+    json: Vec<u8>,
+    etag: String,
+}
+
+/// What the v2 document is built from.
+#[derive(Debug)]
+struct Sources {
+    defs: BTreeMap<String, Value>,
+    gvs: Vec<ops::GroupVersion>,
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
@@ -47,9 +63,90 @@ fn hex_sha256(bytes: &[u8]) -> String {
     out
 }
 
-fn to_bytes(v: &Value) -> Vec<u8> {
-    // Serialising a `Value` cannot fail (its map keys are strings).
-    serde_json::to_vec(v).unwrap_or_default()
+fn to_string(v: &Value) -> String {
+    // `Value`'s Display is its compact JSON text.
+    v.to_string()
+}
+
+/// `head` + a JSON object of the `names` schemas (pre-serialised in `text`) + `tail`.
+fn assemble(
+    mut head: String,
+    names: &BTreeSet<String>,
+    text: &BTreeMap<&str, String>,
+    tail: &str,
+) -> String {
+    head.reserve(
+        names
+            .iter()
+            .filter_map(|n| text.get(n.as_str()))
+            .map(|t| t.len() + 64)
+            .sum(),
+    );
+    head.push('{');
+    let mut first = true;
+    for name in names {
+        let Some(schema) = text.get(name.as_str()) else {
+            continue;
+        };
+        if !first {
+            head.push(',');
+        }
+        first = false;
+        head.push_str(&Value::String(name.clone()).to_string());
+        head.push(':');
+        head.push_str(schema);
+    }
+    head.push('}');
+    head.push_str(tail);
+    head
+}
+
+/// The v2 document: everything in one Swagger document.
+fn build_v2(sources: &Sources) -> V2 {
+    let graph = schemas::ref_graph(&sources.defs);
+    let info = json!({"title": "Kubernetes", "version": INFO_VERSION});
+    let mut paths = Map::new();
+    for gv in &sources.gvs {
+        render::v2_paths(&gv.paths, &mut paths);
+    }
+    let paths = Value::Object(paths);
+    let mut roots = BTreeSet::new();
+    schemas::collect_refs(&paths, schemas::V2_REF, &mut roots);
+    let reached = schemas::closure(&graph, roots);
+    let v2_values: BTreeMap<&str, Value> = reached
+        .iter()
+        .filter_map(|name| {
+            sources
+                .defs
+                .get_key_value(name)
+                .map(|(k, v)| (k.as_str(), schemas::to_v2(v)))
+        })
+        .collect();
+    let v2_text: BTreeMap<&str, String> =
+        v2_values.iter().map(|(k, v)| (*k, to_string(v))).collect();
+    let head = json!({"swagger": "2.0", "info": info, "paths": paths});
+    let mut document = gnostic::document(&head);
+    document.definitions = Some(gnostic::Definitions {
+        additional_properties: v2_values
+            .iter()
+            .map(|(name, v)| gnostic::NamedSchema {
+                name: name.to_string(),
+                value: v.as_object().map(gnostic::schema),
+            })
+            .collect(),
+    });
+    let v2_protobuf = prost::Message::encode_to_vec(&document);
+    let head = format!(
+        r#"{{"swagger":"2.0","info":{},"paths":{},"definitions":"#,
+        info, paths
+    );
+    let v2_json = assemble(head, &reached, &v2_text, "}").into_bytes();
+    let v2_etag = format!("\"{}\"", hex_sha256(&v2_json));
+    V2 {
+        protobuf: v2_protobuf,
+        json: v2_json,
+        etag: v2_etag,
+    }
 }
 
 impl OpenApi {
@@ -67,12 +164,15 @@ impl OpenApi {
         let pairs: Vec<(&KindInfo, &schemas::KindDefs)> =
             infos.iter().copied().zip(defs.kinds.iter()).collect();
         let gvs = ops::build(&pairs);
+        let graph = schemas::ref_graph(&defs.defs);
+        let info = json!({"title": "Kubernetes", "version": INFO_VERSION});
 
-        // v3: one document per group version, with the schemas its paths reach.
-        let v3_defs: BTreeMap<&str, Value> = defs
+        // v3: one document per group version, with the schemas its paths reach. Each definition is
+        // serialised once and shared by the documents that need it.
+        let v3_defs: BTreeMap<&str, String> = defs
             .defs
             .iter()
-            .map(|(k, v)| (k.as_str(), schemas::to_v3(v)))
+            .map(|(k, v)| (k.as_str(), to_string(&schemas::to_v3(v))))
             .collect();
         let mut v3 = BTreeMap::new();
         let mut index = Map::new();
@@ -80,22 +180,12 @@ impl OpenApi {
             let paths = Value::Object(render::v3_paths(&gv.paths));
             let mut roots = BTreeSet::new();
             schemas::collect_refs(&paths, schemas::V3_REF, &mut roots);
-            let reached = schemas::closure(&defs.defs, roots);
-            let components: Map<String, Value> = reached
-                .iter()
-                .filter_map(|name| {
-                    v3_defs
-                        .get(name.as_str())
-                        .map(|s| (name.clone(), s.clone()))
-                })
-                .collect();
-            let doc = json!({
-                "openapi": "3.0.0",
-                "info": {"title": "Kubernetes", "version": INFO_VERSION},
-                "paths": paths,
-                "components": {"schemas": components},
-            });
-            let bytes = to_bytes(&doc);
+            let reached = schemas::closure(&graph, roots);
+            let head = format!(
+                r#"{{"openapi":"3.0.0","info":{},"paths":{},"components":{{"schemas":"#,
+                info, paths
+            );
+            let bytes = assemble(head, &reached, &v3_defs, "}}").into_bytes();
             let hash = hex_sha256(&bytes);
             index.insert(
                 gv.key.clone(),
@@ -103,39 +193,17 @@ impl OpenApi {
             );
             v3.insert(gv.key.clone(), (bytes, hash));
         }
-        let index = to_bytes(&json!({ "paths": index }));
+        let index = to_string(&json!({ "paths": index })).into_bytes();
 
-        // v2: everything in one Swagger document.
-        let mut paths = Map::new();
-        for gv in &gvs {
-            render::v2_paths(&gv.paths, &mut paths);
-        }
-        let paths = Value::Object(paths);
-        let mut roots = BTreeSet::new();
-        schemas::collect_refs(&paths, schemas::V2_REF, &mut roots);
-        let definitions: Map<String, Value> = schemas::closure(&defs.defs, roots)
-            .iter()
-            .filter_map(|name| {
-                defs.defs
-                    .get(name)
-                    .map(|s| (name.clone(), schemas::to_v2(s)))
-            })
-            .collect();
-        let doc = json!({
-            "swagger": "2.0",
-            "info": {"title": "Kubernetes", "version": INFO_VERSION},
-            "paths": paths,
-            "definitions": definitions,
+        let sources = Arc::new(Sources {
+            defs: defs.defs,
+            gvs,
         });
-        let v2_json = to_bytes(&doc);
-        let v2_protobuf = prost::Message::encode_to_vec(&gnostic::document(&doc));
-        let v2_etag = format!("\"{}\"", hex_sha256(&v2_json));
         OpenApi {
             index,
             v3,
-            v2_protobuf,
-            v2_json,
-            v2_etag,
+            v2: OnceLock::new(),
+            sources,
         }
     }
 
@@ -161,17 +229,21 @@ impl OpenApi {
 
     /// The body of `GET /openapi/v2` as a gnostic `openapi_v2.Document` protobuf.
     pub fn v2_protobuf(&self) -> &[u8] {
-        &self.v2_protobuf
+        &self.v2().protobuf
     }
 
     /// The same document as Swagger 2.0 JSON (`Accept: application/json`).
     pub fn v2_json(&self) -> &[u8] {
-        &self.v2_json
+        &self.v2().json
     }
 
     /// The ETag of the v2 document, quoted, ready for the header.
     pub fn v2_etag(&self) -> &str {
-        &self.v2_etag
+        &self.v2().etag
+    }
+
+    fn v2(&self) -> &V2 {
+        self.v2.get_or_init(|| build_v2(&self.sources))
     }
 }
 

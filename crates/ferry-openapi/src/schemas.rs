@@ -320,19 +320,32 @@ pub(crate) fn collect_refs(value: &Value, prefix: &str, out: &mut BTreeSet<Strin
     }
 }
 
+/// The definitions each definition refers to directly.
+pub(crate) fn ref_graph(defs: &BTreeMap<String, Value>) -> BTreeMap<&str, BTreeSet<String>> {
+    defs.iter()
+        .map(|(name, schema)| {
+            let mut refs = BTreeSet::new();
+            collect_refs(schema, V3_REF, &mut refs);
+            (name.as_str(), refs)
+        })
+        .collect()
+}
+
 /// The names of `roots` plus every definition they reach.
-pub(crate) fn closure(defs: &BTreeMap<String, Value>, roots: BTreeSet<String>) -> BTreeSet<String> {
+pub(crate) fn closure(
+    graph: &BTreeMap<&str, BTreeSet<String>>,
+    roots: BTreeSet<String>,
+) -> BTreeSet<String> {
     let mut seen = BTreeSet::new();
     let mut todo: Vec<String> = roots.into_iter().collect();
     while let Some(name) = todo.pop() {
-        if !seen.insert(name.clone()) {
+        if seen.contains(&name) {
             continue;
         }
-        if let Some(schema) = defs.get(&name) {
-            let mut refs = BTreeSet::new();
-            collect_refs(schema, V3_REF, &mut refs);
-            todo.extend(refs.into_iter().filter(|r| !seen.contains(r)));
+        if let Some(refs) = graph.get(name.as_str()) {
+            todo.extend(refs.iter().filter(|r| !seen.contains(*r)).cloned());
         }
+        seen.insert(name);
     }
     seen
 }
