@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ferry_api::kinds::KindInfo;
+use ferry_api::patch::FieldMeta;
 use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
@@ -248,21 +249,10 @@ fn normalise(name: &str, schema: &mut Value) {
     }
 }
 
-/// The list/map metadata of one field, as upstream publishes it in `x-kubernetes-*` extensions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct FieldExtensions {
-    pub patch_strategy: Option<&'static str>,
-    pub patch_merge_key: Option<&'static str>,
-    pub list_type: Option<&'static str>,
-    pub list_map_keys: &'static [&'static str],
-    pub map_type: Option<&'static str>,
-}
-
-/// Where the patch metadata comes from. This is the single place to plug in
-/// `ferry_api::patch::field_meta(definition, field)` once it exists: return its data here.
-fn field_extensions(definition: &str, field: &str) -> Option<FieldExtensions> {
-    let _ = (definition, field);
-    None
+/// The list/map metadata of one field (from `ferry_api::patch`, the table the strategic merge
+/// patch uses, so that kubectl computes its patches with the same merge keys the server applies).
+fn field_extensions(definition: &str, field: &str) -> Option<FieldMeta> {
+    ferry_api::patch::field_meta(definition, field)
 }
 
 /// Adds upstream's `x-kubernetes-patch-strategy`, `x-kubernetes-patch-merge-key`,
@@ -280,7 +270,7 @@ pub(crate) fn annotate(definition: &str, schema: &mut Map<String, Value>) {
     }
 }
 
-fn apply_extensions(ext: &FieldExtensions, p: &mut Map<String, Value>) {
+fn apply_extensions(ext: &FieldMeta, p: &mut Map<String, Value>) {
     if !ext.list_map_keys.is_empty() {
         p.insert(
             "x-kubernetes-list-map-keys".into(),
@@ -481,7 +471,7 @@ mod tests {
 
     #[test]
     fn extensions_are_written_like_upstream() {
-        let ext = FieldExtensions {
+        let ext = FieldMeta {
             patch_strategy: Some("merge"),
             patch_merge_key: Some("port"),
             list_type: Some("map"),

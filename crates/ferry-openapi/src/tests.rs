@@ -446,3 +446,79 @@ fn build_time_and_sizes() {
     assert!(elapsed.as_millis() < budget, "build() took {elapsed:?}");
     assert!(v2_elapsed.as_millis() < budget, "v2 took {v2_elapsed:?}");
 }
+
+#[test]
+fn patch_extensions_come_from_the_patch_table() {
+    // (document, definition, field, merge key, strategy, list type)
+    let cases = [
+        (
+            "api/v1",
+            "io.k8s.api.core.v1.ServiceSpec",
+            "ports",
+            Some("port"),
+            Some("merge"),
+            Some("map"),
+        ),
+        (
+            "api/v1",
+            "io.k8s.api.core.v1.PodSpec",
+            "containers",
+            Some("name"),
+            Some("merge"),
+            Some("map"),
+        ),
+        (
+            "api/v1",
+            "io.k8s.api.core.v1.Container",
+            "ports",
+            Some("containerPort"),
+            Some("merge"),
+            Some("map"),
+        ),
+        (
+            "api/v1",
+            "io.k8s.api.core.v1.Container",
+            "args",
+            None,
+            None,
+            Some("atomic"),
+        ),
+        (
+            "apis/apps/v1",
+            "io.k8s.api.apps.v1.DeploymentSpec",
+            "strategy",
+            None,
+            Some("retainKeys"),
+            None,
+        ),
+    ];
+    let v2 = parse(built().v2_json());
+    for (key, def, field, merge_key, strategy, list_type) in cases {
+        let doc = v3_doc(key);
+        for prop in [
+            &schema(&doc, def)["properties"][field],
+            &v2["definitions"][def]["properties"][field],
+        ] {
+            assert_eq!(
+                prop["x-kubernetes-patch-merge-key"].as_str(),
+                merge_key,
+                "{def}.{field}"
+            );
+            assert_eq!(
+                prop["x-kubernetes-patch-strategy"].as_str(),
+                strategy,
+                "{def}.{field}"
+            );
+            assert_eq!(
+                prop["x-kubernetes-list-type"].as_str(),
+                list_type,
+                "{def}.{field}"
+            );
+        }
+    }
+    let doc = v3_doc("api/v1");
+    assert_eq!(
+        schema(&doc, "io.k8s.api.core.v1.ServiceSpec")["properties"]["ports"]["x-kubernetes-list-map-keys"],
+        json!(["port", "protocol"])
+    );
+}
