@@ -24,6 +24,11 @@ mod ops;
 mod render;
 mod schemas;
 
+/// The `Content-Type` to answer `/openapi/v2` protobuf requests with. kubectl asks with
+/// `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, but Go's media type parser rejects
+/// that value in a response.
+pub const V2_PROTOBUF_CONTENT_TYPE: &str = "application/octet-stream";
+
 /// The version written in the documents' `info`.
 pub const INFO_VERSION: &str = "v1.33.0";
 
