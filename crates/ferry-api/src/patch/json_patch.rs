@@ -228,6 +228,7 @@ pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

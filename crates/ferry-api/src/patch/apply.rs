@@ -1,0 +1,241 @@
+//! Server-side apply (`application/apply-patch+yaml`), after structured-merge-diff's
+//! `Updater.Apply`:
+//!
+//! 1. the applied configuration is merged into the live object (applied values win; structs and
+//!    granular maps merge; `x-kubernetes-list-type: map` lists merge items by their keys, `set`
+//!    lists are unioned, atomic lists and maps are replaced);
+//! 2. fields the manager applied last time but omits now are removed, unless another manager
+//!    owns them (or something below them);
+//! 3. fields another manager owns whose value the apply changes are conflicts: an error without
+//!    `force`, taken over with `force`;
+//! 4. the manager's `Apply` entry becomes exactly the set of the applied configuration; every
+//!    other manager loses what was changed or removed.
+//!
+//! Approximations: associative-list items keep the live order with new items appended; a
+//! `null` in the applied configuration removes the field without recording ownership; there is
+//! no `before-first-apply` manager; the identity fields (`apiVersion`, `kind`, `metadata.name`,
+//! ...) and, for kinds with a status subresource, `status` are never owned (as upstream).
+//! The caller should reject an applied document that is not a JSON object (400) beforehand.
+
+use serde_json::{Map, Value};
+
+use super::fieldset::{self, FieldSet, display, has_prefix, owned_by_config, remove_path};
+use super::json_patch::json_eq;
+use super::managed::{Entry, compare, entries, path_filter, set_entries};
+use super::schema::{FieldMeta, TypeRef};
+
+/// Apply conflicts: `(manager, field path)` pairs such as `("kubectl-client-side-apply",
+/// ".spec.replicas")`, sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApplyConflicts {
+    pub conflicts: Vec<(String, String)>,
+}
+
+impl ApplyConflicts {
+    /// The `Status` message, as upstream words it.
+    pub fn message(&self) -> String {
+        match self.conflicts.as_slice() {
+            [(m, f)] => format!("Apply failed with 1 conflict: conflict with \"{m}\": {f}"),
+            list => {
+                let mut lines = Vec::new();
+                let mut last: Option<&str> = None;
+                for (m, f) in list {
+                    if last != Some(m.as_str()) {
+                        lines.push(format!("conflicts with \"{m}\":"));
+                        last = Some(m);
+                    }
+                    lines.push(format!("- {f}"));
+                }
+                format!(
+                    "Apply failed with {} conflicts: {}",
+                    list.len(),
+                    lines.join("\n")
+                )
+            }
+        }
+    }
+
+    /// `details.causes` of the 409 `Status`.
+    pub fn causes(&self) -> Vec<Value> {
+        self.conflicts
+            .iter()
+            .map(|(m, f)| {
+                serde_json::json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f})
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for ApplyConflicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for ApplyConflicts {}
+
+/// Applies `applied` (the configuration sent by `manager`) to `live` (`None` when the object does
+/// not exist yet) and returns the new object with its `metadata.managedFields`.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    root: TypeRef,
+    now: &str,
+) -> Result<Value, ApplyConflicts> {
+    let empty = Value::Object(Map::new());
+    let live_v = live.unwrap_or(&empty);
+    let mut cfg = match applied {
+        Value::Object(_) => applied.clone(),
+        _ => empty.clone(),
+    };
+    if let Some(Value::Object(m)) = cfg.get_mut("metadata") {
+        m.shift_remove("managedFields");
+    }
+    let typed_for = if cfg.get("kind").is_some() {
+        &cfg
+    } else {
+        live_v
+    };
+    let keep = path_filter(typed_for, None);
+
+    let mut list = entries(live_v);
+    let mine = |e: &Entry| e.same_manager(manager, "Apply", None, "");
+    let last: FieldSet = list
+        .iter()
+        .find(|e| mine(e))
+        .map(|e| e.set.clone())
+        .unwrap_or_default();
+    let new_set: FieldSet = owned_by_config(&cfg, root)
+        .into_iter()
+        .filter(|p| keep(p))
+        .collect();
+
+    let mut base = live_v.clone();
+    if let Some(Value::Object(m)) = base.get_mut("metadata") {
+        m.shift_remove("managedFields");
+    }
+    let mut merged = merge(Some(&base), &cfg, root, FieldMeta::NONE);
+
+    // Prune what this manager no longer applies, unless someone else still owns it.
+    let others: Vec<&FieldSet> = list.iter().filter(|e| !mine(e)).map(|e| &e.set).collect();
+    for p in last.difference(&new_set) {
+        let owned_elsewhere = others.iter().any(|s| s.iter().any(|q| has_prefix(q, p)));
+        let still_applied = new_set.iter().any(|q| has_prefix(q, p));
+        if !owned_elsewhere && !still_applied {
+            remove_path(&mut merged, root, p);
+        }
+    }
+
+    let (changed, removed) = compare(&base, &merged, root);
+    let mut conflicts = Vec::new();
+    for e in list.iter().filter(|e| !mine(e)) {
+        for p in e.set.intersection(&changed) {
+            conflicts.push((e.manager.clone(), display(p)));
+        }
+    }
+    if !force && !conflicts.is_empty() {
+        conflicts.sort();
+        conflicts.dedup();
+        return Err(ApplyConflicts { conflicts });
+    }
+    for e in list.iter_mut().filter(|e| !mine(e)) {
+        e.set
+            .retain(|p| !changed.contains(p) && !removed.contains(p));
+    }
+    let api_version = cfg
+        .get("apiVersion")
+        .or_else(|| live_v.get("apiVersion"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let entry = Entry {
+        manager: manager.to_string(),
+        operation: "Apply".into(),
+        api_version,
+        time: Some(now.to_string()),
+        subresource: None,
+        set: new_set,
+    };
+    match list.iter_mut().find(|e| mine(e)) {
+        Some(e) => *e = entry,
+        None => list.push(entry),
+    }
+    set_entries(&mut merged, &list);
+    Ok(merged)
+}
+
+/// Merges the applied value `cfg` into `live` (structured-merge-diff's `Merge`).
+fn merge(live: Option<&Value>, cfg: &Value, t: TypeRef, meta: FieldMeta) -> Value {
+    match cfg {
+        Value::Object(cm) => {
+            let atomic = t.is_atomic_struct() || meta.map_type == Some("atomic");
+            let mut out = match live {
+                Some(Value::Object(lm)) if !atomic => lm.clone(),
+                _ => Map::new(),
+            };
+            for (k, cv) in cm {
+                if cv.is_null() {
+                    out.shift_remove(k);
+                    continue;
+                }
+                let nv = merge(out.get(k), cv, t.child(k), t.child_meta(k));
+                out.insert(k.clone(), nv);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => {
+            let Some(Value::Array(live_items)) = live else {
+                return strip_nulls(cfg);
+            };
+            match meta.list_type {
+                Some("map") if !meta.list_map_keys.is_empty() => {
+                    let elem = t.elem();
+                    let mut out = live_items.clone();
+                    for item in items {
+                        let key = fieldset::item_key(item, elem, meta.list_map_keys);
+                        let at = out
+                            .iter()
+                            .position(|l| fieldset::item_key(l, elem, meta.list_map_keys) == key);
+                        match at {
+                            Some(i) => {
+                                let m = merge(Some(&out[i]), item, elem, FieldMeta::NONE);
+                                out[i] = m;
+                            }
+                            None => out.push(strip_nulls(item)),
+                        }
+                    }
+                    Value::Array(out)
+                }
+                Some("set") => {
+                    let mut out = live_items.clone();
+                    for item in items {
+                        if !out.iter().any(|l| json_eq(l, item)) {
+                            out.push(item.clone());
+                        }
+                    }
+                    Value::Array(out)
+                }
+                _ => strip_nulls(cfg),
+            }
+        }
+        _ => cfg.clone(),
+    }
+}
+
+fn strip_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), strip_nulls(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(strip_nulls).collect()),
+        _ => v.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
