@@ -1,5 +1,16 @@
 //! Patches: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch and
-//! server-side apply.
+//! server-side apply. Everything is pure: values in, values (or a [`PatchError`]) out.
+//!
+//! * [`merge::apply`] — `application/merge-patch+json`;
+//! * [`json_patch::apply`] — `application/json-patch+json` (`test` failures are
+//!   [`PatchError::TestFailed`], 422);
+//! * [`strategic::apply`] — `application/strategic-merge-patch+json`, with the schema from
+//!   [`root_type`] (or [`TypeRef::UNTYPED`] for kinds without metadata);
+//! * [`apply::apply`] — `application/apply-patch+yaml` (server-side apply), returning the object
+//!   with its `metadata.managedFields` or the [`ApplyConflicts`] for a 409;
+//! * [`managed::record_update`] — `managedFields` bookkeeping after create/update/patch;
+//! * [`field_meta`] — the `x-kubernetes-*` patch extensions per OpenAPI definition and field,
+//!   for the OpenAPI documents.
 pub mod apply;
 mod error;
 pub mod fieldset;
