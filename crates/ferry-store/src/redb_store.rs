@@ -234,7 +234,13 @@ impl RedbStore {
     /// Finishes the queued writes and closes the database. The file can be opened again once
     /// this returns and every watch stream of this store has been dropped.
     pub async fn close(self) {
-        let RedbStore { shared, writes, events, stopped, .. } = self;
+        let RedbStore {
+            shared,
+            writes,
+            events,
+            stopped,
+            ..
+        } = self;
         drop((shared, writes, events));
         let _ = stopped.await;
     }

@@ -22,7 +22,11 @@ fn crash_writer_child() {
     let (Ok(file), Ok(round)) = (std::env::var(ENV_FILE), std::env::var(ENV_ROUND)) else {
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
         let store = Arc::new(RedbStore::open(Path::new(&file)).unwrap());
         let value = Bytes::from(vec![b'v'; 1024]);
@@ -51,7 +55,12 @@ fn crash_writer_child() {
 /// acknowledged (key, revision).
 fn run_child(file: &Path, round: usize, kill_after: usize) -> Vec<(String, i64)> {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["crash_writer_child", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "crash_writer_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ENV_FILE, file)
         .env(ENV_ROUND, round.to_string())
         .stdout(Stdio::piped())
@@ -89,7 +98,11 @@ async fn acknowledged_writes_survive_kill_9() {
     let mut last_revision = 0;
     for (round, kill_after) in [(0usize, 700usize), (1, 1500)] {
         let acked = tokio::task::block_in_place(|| run_child(&file, round, kill_after));
-        assert!(acked.len() >= kill_after.min(100), "round {round}: only {} acks", acked.len());
+        assert!(
+            acked.len() >= kill_after.min(100),
+            "round {round}: only {} acks",
+            acked.len()
+        );
         let store = RedbStore::open(&file).unwrap();
         let current = store.current_revision().await.unwrap();
         for (key, rev) in &acked {
@@ -100,9 +113,15 @@ async fn acknowledged_writes_survive_kill_9() {
         }
         // Everything stored (acknowledged or not) has distinct revisions, and writing goes on
         // from the recovered revision.
-        let all = store.range(&format!("/crash/{round}/"), RangeOptions::default()).await.unwrap();
+        let all = store
+            .range(&format!("/crash/{round}/"), RangeOptions::default())
+            .await
+            .unwrap();
         assert!(all.kvs.len() >= acked.len());
-        let next = store.create(&format!("/after/{round}"), Bytes::new()).await.unwrap();
+        let next = store
+            .create(&format!("/after/{round}"), Bytes::new())
+            .await
+            .unwrap();
         assert_eq!(next.mod_revision, current + 1);
         last_revision = next.mod_revision;
         store.close().await;
