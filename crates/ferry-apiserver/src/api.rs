@@ -314,6 +314,12 @@ impl Api {
     }
 
     pub async fn create(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+        self.create_inner(res, p, q, body, true).await
+    }
+
+    /// `record_update`: record the writer as an `Update` manager (not for server-side apply,
+    /// whose `Apply` entry is already in the object).
+    async fn create_inner(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value, record_update: bool) -> ApiResult {
         let info = res.info();
         let mut warnings = Vec::new();
         let mut obj = self.decode_body(res, body, q, &mut warnings)?;
@@ -373,8 +379,10 @@ impl Api {
             return Err(ApiError::invalid(info, &name, &errs));
         }
         self.check_namespace(res, url_ns.as_deref()).await?;
-        let manager = q.get("fieldManager").unwrap_or("");
-        crate::managed::record(&mut obj, None, manager, "Update", None, info);
+        if record_update {
+            let manager = q.get("fieldManager").unwrap_or("");
+            crate::managed::record(&mut obj, None, manager, "Update", None, info);
+        }
         let key = res.key(url_ns.as_deref(), &name);
         if dry_run {
             if self.store.get(&key).await?.is_some() {
@@ -402,13 +410,14 @@ impl Api {
         let precondition = objects::meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
         let sub = p.subresource.clone();
         let reply = self
-            .guaranteed_update(res, p, q, precondition, allow_create_on_update(res.info()), move |_old| Ok(new.clone()), sub.as_deref())
+            .guaranteed_update(res, p, q, precondition, allow_create_on_update(res.info()), move |_old| Ok(new.clone()), sub.as_deref(), true)
             .await?;
         Ok(reply.with_warnings(warnings))
     }
 
     /// The read-modify-write loop shared by PUT and PATCH. `mutate` gets the current object
     /// (None if absent) and returns the desired one.
+    #[allow(clippy::too_many_arguments)]
     pub async fn guaranteed_update(
         &self,
         res: &Resource,
@@ -418,6 +427,7 @@ impl Api {
         create_if_missing: bool,
         mutate: impl Fn(Option<&Value>) -> Result<Value, ApiError>,
         subresource: Option<&str>,
+        record_update: bool,
     ) -> ApiResult {
         let info = res.info();
         let name = p.name.clone().unwrap_or_default();
@@ -429,7 +439,11 @@ impl Api {
             let Some(kv) = current else {
                 if create_if_missing && subresource.is_none() {
                     let desired = mutate(None)?;
-                    return self.create(res, p, q, desired).await;
+                    let has_apply_entry = desired
+                        .pointer("/metadata/managedFields")
+                        .and_then(Value::as_array)
+                        .is_some_and(|a| a.iter().any(|e| e.get("operation").and_then(Value::as_str) == Some("Apply")));
+                    return self.create_inner(res, p, q, desired, !has_apply_entry).await;
                 }
                 return Err(ApiError::not_found(info, &name));
             };
@@ -493,7 +507,9 @@ impl Api {
             if !errs.is_empty() {
                 return Err(ApiError::invalid(info, &name, &errs));
             }
-            crate::managed::record(&mut new, Some(&old), &manager, "Update", subresource, info);
+            if record_update {
+                crate::managed::record(&mut new, Some(&old), &manager, "Update", subresource, info);
+            }
             // A no-op write changes nothing and keeps the resourceVersion.
             if objects::without_volatile(&new) == objects::without_volatile(&old)
                 || (objects::without_volatile(&strip_managed_time(&new)) == objects::without_volatile(&strip_managed_time(&old)))
@@ -746,7 +762,7 @@ impl Api {
             }
             Ok(decoded)
         };
-        let reply = self.guaranteed_update(res, p, q, precondition, is_apply, mutate, sub.as_deref()).await?;
+        let reply = self.guaranteed_update(res, p, q, precondition, is_apply, mutate, sub.as_deref(), !is_apply).await?;
         if let Ok(mut cell) = warnings_cell.lock() {
             warnings.append(&mut cell);
         }
@@ -782,6 +798,7 @@ impl Api {
                     Ok(new)
                 },
                 None,
+                true,
             )
             .await?;
         match reply {
@@ -820,6 +837,7 @@ impl Api {
                     Ok(new)
                 },
                 None,
+                true,
             )
             .await?;
         match reply {

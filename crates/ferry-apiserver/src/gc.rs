@@ -103,7 +103,7 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
                             m.insert("ownerReferences".into(), json!(refs));
                         }
                         Ok(v)
-                    }, None)
+                    }, None, false)
                     .await;
             }
             remove_finalizer(api, o, "orphan").await;
@@ -194,7 +194,7 @@ async fn remove_finalizer(api: &Api, o: &Obj, fin: &str) {
             let f: Vec<String> = objects::finalizers(&v).into_iter().filter(|x| *x != fin).collect();
             objects::set_finalizers(&mut v, &f);
             Ok(v)
-        }, None)
+        }, None, false)
         .await;
 }
 
@@ -209,7 +209,7 @@ async fn terminate_namespace(api: &Api, ns: &Obj, all: &[Obj]) {
                 let mut v = cur.cloned().unwrap_or(Value::Null);
                 v["status"] = json!({"phase": "Terminating"});
                 Ok(v)
-            }, Some("status"))
+            }, Some("status"), false)
             .await;
     }
     let mut remaining = 0;

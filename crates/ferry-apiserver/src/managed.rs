@@ -8,6 +8,6 @@ pub fn record(new: &mut Value, old: Option<&Value>, manager: &str, operation: &s
     if manager.is_empty() {
         return;
     }
-    // INTERIM: until ferry_api::patch::managed lands.
-    let _ = (new, old, operation, subresource, info);
+    let now = crate::objects::now_rfc3339();
+    *new = ferry_api::patch::managed::record_update(old, new, manager, operation, subresource, &info.api_version(), &now);
 }

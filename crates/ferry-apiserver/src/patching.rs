@@ -14,19 +14,20 @@ pub fn json_patch(base: &Value, p: &Value) -> Result<Value, ApiError> {
 }
 
 pub fn strategic(base: &Value, p: &Value, api_version: &str, kind: &str) -> Result<Value, ApiError> {
-    // INTERIM: until ferry_api::patch::strategic lands, a merge patch.
-    let _ = (api_version, kind);
-    Ok(patch::merge::apply(base, p))
+    match patch::root_type(api_version, kind) {
+        Some(root) => patch::strategic::apply(base, p, root).map_err(patch_error),
+        // Kinds without patch metadata take a JSON merge patch, as upstream does for custom kinds.
+        None => Ok(patch::merge::apply(base, p)),
+    }
 }
 
 pub fn apply(live: Option<&Value>, applied: &Value, manager: &str, force: bool, api_version: &str, kind: &str) -> Result<Value, ApiError> {
-    let _ = (api_version, kind, manager, force);
-    // INTERIM: until ferry_api::patch::apply lands, a merge of the applied configuration.
-    let r: Result<Value, patch::ApplyConflicts> = Ok(match live {
-        Some(l) => patch::merge::apply(l, applied),
-        None => applied.clone(),
-    });
-    r.map_err(|c| {
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("the applied configuration must be an object"));
+    }
+    let root = patch::root_type(api_version, kind).unwrap_or(patch::TypeRef::UNTYPED);
+    let now = crate::objects::now_rfc3339();
+    patch::apply::apply(live, applied, manager, force, root, &now).map_err(|c| {
         let causes: Vec<Value> = c
             .conflicts
             .iter()
@@ -46,5 +47,11 @@ fn patch_error(e: patch::PatchError) -> ApiError {
 }
 
 pub fn decode_protobuf(body: &[u8]) -> Result<Value, ApiError> {
-    ferry_api::protobuf::decode_body(body).map_err(|e| ApiError::bad_request(format!("unable to decode protobuf body: {e}")))
+    ferry_api::protobuf::decode_body(body).map_err(|e| {
+        if e.is_unsupported() {
+            ApiError::unsupported_media(&format!("application/vnd.kubernetes.protobuf ({e})"))
+        } else {
+            ApiError::bad_request(format!("unable to decode protobuf body: {e}"))
+        }
+    })
 }

@@ -57,7 +57,11 @@ fn apply_seed_manifests_then_configure() {
         let out = f.k_stdin(&bin, &["apply", "--server-side", "-f", "-"], ssa);
         assert!(out.status.success(), "{bin} ssa: {}", stderr(&out));
         assert!(stdout(&out).contains("serverside-applied"), "{}", stdout(&out));
-        let cm = json(&f.k(&bin, &["get", "cm", "ssa-cm", "-o", "json"]));
+        let mut args = vec!["get", "cm", "ssa-cm", "-o", "json"];
+        if !is_120(&bin) {
+            args.push("--show-managed-fields");
+        }
+        let cm = json(&f.k(&bin, &args));
         assert_eq!(cm["data"]["a"], "1");
         let mf = cm["metadata"]["managedFields"].as_array().expect("managedFields");
         assert!(mf.iter().any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"), "{cm}");
