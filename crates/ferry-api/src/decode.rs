@@ -30,7 +30,11 @@ pub fn encode<K: Serialize>(object: &K) -> Value {
 }
 
 fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+    if prefix.is_empty() {
+        key.to_string()
+    } else {
+        format!("{prefix}.{key}")
+    }
 }
 
 /// Collects paths present (and non-null) in `given` but absent from `kept`.
@@ -81,7 +85,10 @@ mod tests {
         let v = json!({"apiVersion":"v1","kind":"Service","metadata":{"name":"a","creationTimestamp":null},
             "spec":{"bogus":1,"ports":[{"port":80,"x":true}]},"status":{"loadBalancer":{}}});
         let d = decode::<Service>(&v).expect("decodes");
-        assert_eq!(d.unknown, vec!["spec.bogus".to_string(), "spec.ports[0].x".to_string()]);
+        assert_eq!(
+            d.unknown,
+            vec!["spec.bogus".to_string(), "spec.ports[0].x".to_string()]
+        );
     }
 
     #[test]

@@ -55,25 +55,62 @@ pub fn quote(s: &str) -> String {
 
 impl FieldError {
     pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        FieldError { kind: ErrorType::Required, field: field.into(), value: None, detail: detail.into() }
+        FieldError {
+            kind: ErrorType::Required,
+            field: field.into(),
+            value: None,
+            detail: detail.into(),
+        }
     }
     /// `value` is already rendered (use [`quote`] for strings).
-    pub fn invalid(field: impl Into<String>, value: impl Into<String>, detail: impl Into<String>) -> Self {
-        FieldError { kind: ErrorType::Invalid, field: field.into(), value: Some(value.into()), detail: detail.into() }
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        FieldError {
+            kind: ErrorType::Invalid,
+            field: field.into(),
+            value: Some(value.into()),
+            detail: detail.into(),
+        }
     }
     pub fn invalid_str(field: impl Into<String>, value: &str, detail: impl Into<String>) -> Self {
         Self::invalid(field, quote(value), detail)
     }
     pub fn duplicate(field: impl Into<String>, value: impl Into<String>) -> Self {
-        FieldError { kind: ErrorType::Duplicate, field: field.into(), value: Some(value.into()), detail: String::new() }
+        FieldError {
+            kind: ErrorType::Duplicate,
+            field: field.into(),
+            value: Some(value.into()),
+            detail: String::new(),
+        }
     }
     pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
-        let list = supported.iter().map(|s| quote(s)).collect::<Vec<_>>().join(", ");
-        let detail = if list.is_empty() { String::new() } else { format!("supported values: {list}") };
-        FieldError { kind: ErrorType::NotSupported, field: field.into(), value: Some(quote(value)), detail }
+        let list = supported
+            .iter()
+            .map(|s| quote(s))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let detail = if list.is_empty() {
+            String::new()
+        } else {
+            format!("supported values: {list}")
+        };
+        FieldError {
+            kind: ErrorType::NotSupported,
+            field: field.into(),
+            value: Some(quote(value)),
+            detail,
+        }
     }
     pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
-        FieldError { kind: ErrorType::Forbidden, field: field.into(), value: None, detail: detail.into() }
+        FieldError {
+            kind: ErrorType::Forbidden,
+            field: field.into(),
+            value: None,
+            detail: detail.into(),
+        }
     }
     pub fn too_long(field: impl Into<String>, max: usize) -> Self {
         FieldError {
@@ -92,7 +129,12 @@ impl FieldError {
         }
     }
     pub fn not_found(field: impl Into<String>, value: impl Into<String>) -> Self {
-        FieldError { kind: ErrorType::NotFound, field: field.into(), value: Some(value.into()), detail: String::new() }
+        FieldError {
+            kind: ErrorType::NotFound,
+            field: field.into(),
+            value: Some(value.into()),
+            detail: String::new(),
+        }
     }
 
     /// The text upstream puts in `StatusCause.message` (`field.Error.ErrorBody()`).
@@ -146,7 +188,11 @@ impl Path {
         Path(root.to_string())
     }
     pub fn child(&self, name: &str) -> Self {
-        if self.0.is_empty() { Path(name.to_string()) } else { Path(format!("{}.{}", self.0, name)) }
+        if self.0.is_empty() {
+            Path(name.to_string())
+        } else {
+            Path(format!("{}.{}", self.0, name))
+        }
     }
     pub fn index(&self, i: usize) -> Self {
         Path(format!("{}[{}]", self.0, i))
@@ -182,16 +228,34 @@ mod tests {
 
     #[test]
     fn bodies_match_upstream() {
-        assert_eq!(FieldError::required("spec.ports", "").body(), "Required value");
         assert_eq!(
-            FieldError::invalid("spec.ports[0].port", "0", "must be between 1 and 65535, inclusive").body(),
+            FieldError::required("spec.ports", "").body(),
+            "Required value"
+        );
+        assert_eq!(
+            FieldError::invalid(
+                "spec.ports[0].port",
+                "0",
+                "must be between 1 and 65535, inclusive"
+            )
+            .body(),
             "Invalid value: 0: must be between 1 and 65535, inclusive"
         );
         assert_eq!(
             FieldError::not_supported("spec.type", "Bogus", &["ClusterIP", "NodePort"]).body(),
             "Unsupported value: \"Bogus\": supported values: \"ClusterIP\", \"NodePort\""
         );
-        assert_eq!(FieldError::duplicate("spec.ports[1].name", "\"http\"").body(), "Duplicate value: \"http\"");
-        assert_eq!(Path::new("spec").child("ports").index(2).child("name").as_str(), "spec.ports[2].name");
+        assert_eq!(
+            FieldError::duplicate("spec.ports[1].name", "\"http\"").body(),
+            "Duplicate value: \"http\""
+        );
+        assert_eq!(
+            Path::new("spec")
+                .child("ports")
+                .index(2)
+                .child("name")
+                .as_str(),
+            "spec.ports[2].name"
+        );
     }
 }

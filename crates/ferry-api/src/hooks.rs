@@ -6,7 +6,10 @@ use k8s_openapi::api::core::v1 as core;
 /// Every Namespace carries the immutable label `kubernetes.io/metadata.name=<name>`.
 fn namespace_name_label(ns: &mut core::Namespace) {
     if let Some(name) = ns.metadata.name.clone().filter(|n| !n.is_empty()) {
-        ns.metadata.labels.get_or_insert_with(Default::default).insert("kubernetes.io/metadata.name".to_string(), name);
+        ns.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("kubernetes.io/metadata.name".to_string(), name);
     }
 }
 
@@ -39,10 +42,16 @@ pub fn pod_create(pod: &mut core::Pod) {
 
 /// The QoS class of a pod from its containers' requests and limits.
 pub fn qos_class(pod: &core::Pod) -> &'static str {
-    let Some(spec) = &pod.spec else { return "BestEffort" };
+    let Some(spec) = &pod.spec else {
+        return "BestEffort";
+    };
     let mut any = false;
     let mut guaranteed = true;
-    for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         let res = c.resources.as_ref();
         let requests = res.and_then(|r| r.requests.as_ref());
         let limits = res.and_then(|r| r.limits.as_ref());

@@ -48,11 +48,19 @@ pub struct KindInfo {
 impl KindInfo {
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
-        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
     }
     /// `services` or `deployments.apps`: how upstream names the resource in messages.
     pub fn qualified_resource(&self) -> String {
-        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
@@ -72,7 +80,13 @@ pub struct Column {
 
 impl Column {
     pub const fn new(name: &'static str, type_: &'static str, priority: i32) -> Self {
-        Column { name, type_, format: "", description: "", priority }
+        Column {
+            name,
+            type_,
+            format: "",
+            description: "",
+            priority,
+        }
     }
     pub const fn name_column() -> Self {
         Column {
@@ -149,7 +163,10 @@ where
             m.insert("apiVersion".into(), Value::String(self.info.api_version()));
             m.insert("kind".into(), Value::String(self.info.kind.to_string()));
         }
-        Ok(Decoded { object, unknown: d.unknown })
+        Ok(Decoded {
+            object,
+            unknown: d.unknown,
+        })
     }
     fn default(&self, value: &mut Value) {
         if let Some(mut k) = typed::<K>(value) {
@@ -170,7 +187,9 @@ where
         }
     }
     fn validate(&self, value: &Value, old: Option<&Value>) -> ErrorList {
-        let Some(k) = typed::<K>(value) else { return Vec::new() };
+        let Some(k) = typed::<K>(value) else {
+            return Vec::new();
+        };
         let o = old.and_then(typed::<K>);
         (self.hooks.validate)(&k, o.as_ref())
     }
@@ -246,13 +265,13 @@ macro_rules! register {
     };
 }
 
+use StatusOnCreate::{Keep, Reset};
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::coordination::v1 as coordination;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
-use StatusOnCreate::{Keep, Reset};
 
 fn build() -> Vec<Box<dyn Strategy>> {
     let mut v: Vec<Box<dyn Strategy>> = Vec::new();
@@ -372,11 +391,16 @@ pub fn all() -> &'static [Box<dyn Strategy>] {
 pub fn by_resource(group: &str, version: &str, plural: &str) -> Option<&'static dyn Strategy> {
     all()
         .iter()
-        .find(|s| s.info().group == group && s.info().version == version && s.info().plural == plural)
+        .find(|s| {
+            s.info().group == group && s.info().version == version && s.info().plural == plural
+        })
         .map(|b| b.as_ref())
 }
 
 /// Looks a kind up by apiVersion and kind.
 pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static dyn Strategy> {
-    all().iter().find(|s| s.info().api_version() == api_version && s.info().kind == kind).map(|b| b.as_ref())
+    all()
+        .iter()
+        .find(|s| s.info().api_version() == api_version && s.info().kind == kind)
+        .map(|b| b.as_ref())
 }

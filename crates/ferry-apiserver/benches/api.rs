@@ -28,9 +28,18 @@ async fn req(c: &C, token: &str, method: &str, url: &str, body: Option<String>) 
 }
 
 fn main() {
-    let n: usize = std::env::var("BENCH_OBJECTS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    let watchers: usize = std::env::var("BENCH_WATCHERS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let n: usize = std::env::var("BENCH_OBJECTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+    let watchers: usize = std::env::var("BENCH_WATCHERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
         let dir = tempfile::tempdir().expect("tempdir");
         let store: Arc<dyn ferry_store::Store> =

@@ -53,9 +53,17 @@ pub fn store_prefix(info: &KindInfo) -> String {
 /// A successful answer.
 pub enum Reply {
     /// A JSON body with a status code and optional warnings.
-    Json { code: u16, body: Bytes, content_type: &'static str, warnings: Vec<String> },
+    Json {
+        code: u16,
+        body: Bytes,
+        content_type: &'static str,
+        warnings: Vec<String>,
+    },
     /// A watch stream.
-    Stream { content_type: &'static str, rx: tokio::sync::mpsc::Receiver<Bytes> },
+    Stream {
+        content_type: &'static str,
+        rx: tokio::sync::mpsc::Receiver<Bytes>,
+    },
 }
 
 impl Reply {
@@ -111,27 +119,46 @@ impl Api {
         for s in ferry_api::kinds::all() {
             let info = s.info();
             resources.insert(
-                (info.group.to_string(), info.version.to_string(), info.plural.to_string()),
-                Arc::new(Resource { strategy: s.as_ref(), prefix: store_prefix(info) }),
+                (
+                    info.group.to_string(),
+                    info.version.to_string(),
+                    info.plural.to_string(),
+                ),
+                Arc::new(Resource {
+                    strategy: s.as_ref(),
+                    prefix: store_prefix(info),
+                }),
             );
         }
-        Api { store, cache, resources }
+        Api {
+            store,
+            cache,
+            resources,
+        }
     }
 
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
-        self.resources.get(&(group.to_string(), version.to_string(), plural.to_string()))
+        self.resources
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
     }
 
     pub fn resource_for_kind(&self, api_version: &str, kind: &str) -> Option<&Arc<Resource>> {
-        self.resources.values().find(|r| r.info().api_version() == api_version && r.info().kind == kind)
+        self.resources
+            .values()
+            .find(|r| r.info().api_version() == api_version && r.info().kind == kind)
     }
 
     pub fn all_prefixes() -> Vec<String> {
-        ferry_api::kinds::all().iter().map(|s| store_prefix(s.info())).collect()
+        ferry_api::kinds::all()
+            .iter()
+            .map(|s| store_prefix(s.info()))
+            .collect()
     }
 
     fn rc(&self, res: &Resource) -> Result<&Arc<ResourceCache>, ApiError> {
-        self.cache.resource(&res.prefix).ok_or_else(|| ApiError::internal("resource cache missing"))
+        self.cache
+            .resource(&res.prefix)
+            .ok_or_else(|| ApiError::internal("resource cache missing"))
     }
 
     /// Waits until the cache reflects every write acknowledged so far (a consistent read).
@@ -140,7 +167,11 @@ impl Api {
         if self.cache.wait_for(rev, CONSISTENT_READ_WAIT).await {
             Ok(())
         } else {
-            Err(ApiError::new(504, "Timeout", "Timeout: too large resource version or the watch cache is behind"))
+            Err(ApiError::new(
+                504,
+                "Timeout",
+                "Timeout: too large resource version or the watch cache is behind",
+            ))
         }
     }
 
@@ -152,15 +183,26 @@ impl Api {
             self.consistent().await?;
         }
         let key = res.key(p.namespace.as_deref(), name);
-        let obj = self.rc(res)?.get(&key).ok_or_else(|| ApiError::not_found(res.info(), name))?;
+        let obj = self
+            .rc(res)?
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(res.info(), name))?;
         match p.subresource.as_deref() {
             None | Some("status") => {}
-            Some("scale") if res.info().scale_subresource => return Ok(Reply::json(200, &to_scale(res.info(), &obj.value))),
+            Some("scale") if res.info().scale_subresource => {
+                return Ok(Reply::json(200, &to_scale(res.info(), &obj.value)));
+            }
             Some(_) => return Err(ApiError::not_found_path()),
         }
         match want {
             Want::Table { v1beta1 } => {
-                let t = table::build(res.strategy, &[obj], q, &self.cache.revision().to_string(), v1beta1);
+                let t = table::build(
+                    res.strategy,
+                    &[obj],
+                    q,
+                    &self.cache.revision().to_string(),
+                    v1beta1,
+                );
                 Ok(table_reply(&t))
             }
             Want::Json => Ok(Reply::Json {
@@ -219,7 +261,8 @@ impl Api {
                     meta["continue"] = json!(c);
                     meta["remainingItemCount"] = json!(remaining);
                 }
-                let mut body = Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
+                let mut body =
+                    Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
                 body.extend_from_slice(
                     format!(
                         "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
@@ -236,7 +279,12 @@ impl Api {
                     body.extend_from_slice(&o.bytes);
                 }
                 body.extend_from_slice(b"]}");
-                Ok(Reply::Json { code: 200, body: Bytes::from(body), content_type: "application/json", warnings: Vec::new() })
+                Ok(Reply::Json {
+                    code: 200,
+                    body: Bytes::from(body),
+                    content_type: "application/json",
+                    warnings: Vec::new(),
+                })
             }
         }
     }
@@ -244,7 +292,13 @@ impl Api {
     // ----- writes -----
 
     /// Decodes a body into the kind's normalised JSON; applies `fieldValidation`.
-    fn decode_body(&self, res: &Resource, body: Value, q: &Query, warnings: &mut Vec<String>) -> Result<Value, ApiError> {
+    fn decode_body(
+        &self,
+        res: &Resource,
+        body: Value,
+        q: &Query,
+        warnings: &mut Vec<String>,
+    ) -> Result<Value, ApiError> {
         let info = res.info();
         if let Some(kind) = body.get("kind").and_then(Value::as_str)
             && !kind.is_empty()
@@ -265,20 +319,32 @@ impl Api {
             )));
         }
         let decoded = res.strategy.decode(&body).map_err(|e| {
-            ApiError::bad_request(format!("{} in version \"{}\" cannot be handled as a {}: {}", info.kind, info.version, info.kind, e))
+            ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {}",
+                info.kind, info.version, info.kind, e
+            ))
         })?;
         if !decoded.unknown.is_empty() {
             match field_validation(q)? {
                 FieldValidation::Strict => {
-                    let list =
-                        decoded.unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ");
+                    let list = decoded
+                        .unknown
+                        .iter()
+                        .map(|f| format!("unknown field \"{f}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ");
                     return Err(ApiError::bad_request(format!(
                         "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
                         info.kind, info.version, info.kind, list
                     )));
                 }
                 FieldValidation::Warn => {
-                    warnings.extend(decoded.unknown.iter().map(|f| format!("unknown field \"{f}\"")));
+                    warnings.extend(
+                        decoded
+                            .unknown
+                            .iter()
+                            .map(|f| format!("unknown field \"{f}\"")),
+                    );
                 }
                 FieldValidation::Ignore => {}
             }
@@ -313,13 +379,26 @@ impl Api {
         }
     }
 
-    pub async fn create(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+    pub async fn create(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Value,
+    ) -> ApiResult {
         self.create_inner(res, p, q, body, true).await
     }
 
     /// `record_update`: record the writer as an `Update` manager (not for server-side apply,
     /// whose `Apply` entry is already in the object).
-    async fn create_inner(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value, record_update: bool) -> ApiResult {
+    async fn create_inner(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Value,
+        record_update: bool,
+    ) -> ApiResult {
         let info = res.info();
         let mut warnings = Vec::new();
         let mut obj = self.decode_body(res, body, q, &mut warnings)?;
@@ -329,7 +408,11 @@ impl Api {
         {
             let m = meta_mut(&mut obj);
             if info.namespaced {
-                let body_ns = m.get("namespace").and_then(Value::as_str).unwrap_or("").to_string();
+                let body_ns = m
+                    .get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 let ns = url_ns.clone().unwrap_or_default();
                 if !body_ns.is_empty() && body_ns != ns {
                     return Err(ApiError::bad_request(
@@ -340,15 +423,30 @@ impl Api {
             } else {
                 m.remove("namespace");
             }
-            if m.get("resourceVersion").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
-                return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+            if m.get("resourceVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+            {
+                return Err(ApiError::bad_request(
+                    "resourceVersion should not be set on objects to be created",
+                ));
             }
-            let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+            let name = m
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             if name.is_empty()
-                && let Some(g) = m.get("generateName").and_then(Value::as_str).filter(|g| !g.is_empty())
+                && let Some(g) = m
+                    .get("generateName")
+                    .and_then(Value::as_str)
+                    .filter(|g| !g.is_empty())
             {
                 let g = g.to_string();
-                m.insert("name".into(), json!(format!("{}{}", g, objects::random_suffix())));
+                m.insert(
+                    "name".into(),
+                    json!(format!("{}{}", g, objects::random_suffix())),
+                );
             }
             m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
             m.insert("creationTimestamp".into(), json!(objects::now_rfc3339()));
@@ -373,7 +471,10 @@ impl Api {
         let name = objects::name(&obj).to_string();
         let mut errs = res.strategy.validate(&obj, None);
         if name.is_empty() && errs.is_empty() {
-            errs.push(ferry_api::errors::FieldError::required("metadata.name", "name or generateName is required"));
+            errs.push(ferry_api::errors::FieldError::required(
+                "metadata.name",
+                "name or generateName is required",
+            ));
         }
         if !errs.is_empty() {
             return Err(ApiError::invalid(info, &name, &errs));
@@ -390,7 +491,8 @@ impl Api {
             }
             return Ok(Reply::json(201, &obj).with_warnings(warnings));
         }
-        let bytes = Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
+        let bytes =
+            Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
         match self.store.create(&key, bytes).await {
             Ok(kv) => {
                 set_resource_version(&mut obj, kv.mod_revision);
@@ -402,15 +504,32 @@ impl Api {
     }
 
     /// PUT of the main resource or of `/status`.
-    pub async fn update(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+    pub async fn update(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Value,
+    ) -> ApiResult {
         let mut warnings = Vec::new();
         let new = self.decode_body(res, body, q, &mut warnings)?;
         let name = p.name.clone().unwrap_or_default();
         check_name_matches(&new, &name, p.namespace.as_deref(), res.info())?;
-        let precondition = objects::meta_str(&new, "resourceVersion").filter(|s| !s.is_empty()).map(String::from);
+        let precondition = objects::meta_str(&new, "resourceVersion")
+            .filter(|s| !s.is_empty())
+            .map(String::from);
         let sub = p.subresource.clone();
         let reply = self
-            .guaranteed_update(res, p, q, precondition, allow_create_on_update(res.info()), move |_old| Ok(new.clone()), sub.as_deref(), true)
+            .guaranteed_update(
+                res,
+                p,
+                q,
+                precondition,
+                allow_create_on_update(res.info()),
+                move |_old| Ok(new.clone()),
+                sub.as_deref(),
+                true,
+            )
             .await?;
         Ok(reply.with_warnings(warnings))
     }
@@ -442,12 +561,19 @@ impl Api {
                     let has_apply_entry = desired
                         .pointer("/metadata/managedFields")
                         .and_then(Value::as_array)
-                        .is_some_and(|a| a.iter().any(|e| e.get("operation").and_then(Value::as_str) == Some("Apply")));
-                    return self.create_inner(res, p, q, desired, !has_apply_entry).await;
+                        .is_some_and(|a| {
+                            a.iter().any(|e| {
+                                e.get("operation").and_then(Value::as_str) == Some("Apply")
+                            })
+                        });
+                    return self
+                        .create_inner(res, p, q, desired, !has_apply_entry)
+                        .await;
                 }
                 return Err(ApiError::not_found(info, &name));
             };
-            let mut old: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            let mut old: Value =
+                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             set_resource_version(&mut old, kv.mod_revision);
             if let Some(rv) = &precondition_rv
                 && rv != &kv.mod_revision.to_string()
@@ -498,7 +624,10 @@ impl Api {
                     res.strategy.prepare_update(&mut new, &old);
                     res.strategy.default(&mut new);
                     if info.generation && objects::spec_part(&new) != objects::spec_part(&old) {
-                        let g = objects::meta(&old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+                        let g = objects::meta(&old)
+                            .and_then(|m| m.get("generation"))
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0);
                         meta_mut(&mut new).insert("generation".into(), json!(g + 1));
                     }
                     errs = res.strategy.validate(&new, Some(&old));
@@ -512,12 +641,16 @@ impl Api {
             }
             // A no-op write changes nothing and keeps the resourceVersion.
             if objects::without_volatile(&new) == objects::without_volatile(&old)
-                || (objects::without_volatile(&strip_managed_time(&new)) == objects::without_volatile(&strip_managed_time(&old)))
+                || (objects::without_volatile(&strip_managed_time(&new))
+                    == objects::without_volatile(&strip_managed_time(&old)))
             {
                 return Ok(Reply::json(200, &old));
             }
             // Removing the last finalizer of an object being deleted deletes it.
-            if objects::is_deleting(&new) && objects::finalizers(&new).is_empty() && spec_finalizers(info, &new).is_empty() {
+            if objects::is_deleting(&new)
+                && objects::finalizers(&new).is_empty()
+                && spec_finalizers(info, &new).is_empty()
+            {
                 if dry_run {
                     return Ok(Reply::json(200, &new));
                 }
@@ -538,7 +671,9 @@ impl Api {
                 set_resource_version(&mut new, kv.mod_revision);
                 return Ok(Reply::json(200, &new));
             }
-            let bytes = Bytes::from(serde_json::to_vec(&new).map_err(|e| ApiError::internal(e.to_string()))?);
+            let bytes = Bytes::from(
+                serde_json::to_vec(&new).map_err(|e| ApiError::internal(e.to_string()))?,
+            );
             match self.store.update(&key, bytes, kv.mod_revision).await {
                 Ok(nkv) => {
                     set_resource_version(&mut new, nkv.mod_revision);
@@ -559,7 +694,13 @@ impl Api {
 
     // ----- delete -----
 
-    pub async fn delete(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Option<Value>) -> ApiResult {
+    pub async fn delete(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Option<Value>,
+    ) -> ApiResult {
         let info = res.info();
         let name = p.name.clone().unwrap_or_default();
         let opts = DeleteOptions::parse(q, body.as_ref())?;
@@ -568,7 +709,8 @@ impl Api {
             let Some(kv) = self.store.get(&key).await? else {
                 return Err(ApiError::not_found(info, &name));
             };
-            let mut obj: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            let mut obj: Value =
+                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             set_resource_version(&mut obj, kv.mod_revision);
             if let Some(uid) = &opts.precondition_uid
                 && uid != objects::uid(&obj)
@@ -576,7 +718,11 @@ impl Api {
                 return Err(ApiError::conflict_msg(
                     info,
                     &name,
-                    &format!("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid, objects::uid(&obj)),
+                    &format!(
+                        "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                        uid,
+                        objects::uid(&obj)
+                    ),
                 ));
             }
             if let Some(rv) = &opts.precondition_rv
@@ -614,11 +760,17 @@ impl Api {
             // Pods bound to a node terminate gracefully: the node agent deletes them.
             let graceful = info.group.is_empty()
                 && info.kind == "Pod"
-                && obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty())
+                && obj
+                    .pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| !n.is_empty())
                 && !is_terminal_pod(&obj);
             let grace = if graceful {
-                opts.grace_period
-                    .unwrap_or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30))
+                opts.grace_period.unwrap_or_else(|| {
+                    obj.pointer("/spec/terminationGracePeriodSeconds")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(30)
+                })
             } else {
                 0
             };
@@ -640,18 +792,30 @@ impl Api {
             // Deferred deletion: mark the object; finalizers (or the node agent) finish it.
             if already_deleting && finalizers == before && grace != 0 {
                 // Shortening an existing grace period is allowed, lengthening is not.
-                let cur = objects::meta(&obj).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64);
+                let cur = objects::meta(&obj)
+                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                    .and_then(Value::as_i64);
                 if cur.is_some_and(|c| grace >= c) {
                     return Ok(Reply::json(200, &obj));
                 }
             }
             if already_deleting && finalizers == before && grace == 0 {
-                return Ok(Reply::json(if opts.propagation.as_deref() == Some("Foreground") { 202 } else { 200 }, &obj));
+                return Ok(Reply::json(
+                    if opts.propagation.as_deref() == Some("Foreground") {
+                        202
+                    } else {
+                        200
+                    },
+                    &obj,
+                ));
             }
             {
                 let m = meta_mut(&mut obj);
                 if !already_deleting || graceful {
-                    m.insert("deletionTimestamp".into(), json!(objects::rfc3339_in(grace)));
+                    m.insert(
+                        "deletionTimestamp".into(),
+                        json!(objects::rfc3339_in(grace)),
+                    );
                 }
                 m.insert("deletionGracePeriodSeconds".into(), json!(grace));
                 if let Some(g) = m.get("generation").and_then(Value::as_i64)
@@ -665,11 +829,17 @@ impl Api {
             if opts.dry_run {
                 return Ok(Reply::json(200, &obj));
             }
-            let bytes = Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
+            let bytes = Bytes::from(
+                serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?,
+            );
             match self.store.update(&key, bytes, kv.mod_revision).await {
                 Ok(nkv) => {
                     set_resource_version(&mut obj, nkv.mod_revision);
-                    let code = if opts.propagation.as_deref() == Some("Foreground") { 202 } else { 200 };
+                    let code = if opts.propagation.as_deref() == Some("Foreground") {
+                        202
+                    } else {
+                        200
+                    };
                     return Ok(Reply::json(code, &obj));
                 }
                 Err(StoreError::Conflict { .. }) => continue,
@@ -680,15 +850,28 @@ impl Api {
         Err(ApiError::conflict(info, &name))
     }
 
-    pub async fn delete_collection(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Option<Value>) -> ApiResult {
+    pub async fn delete_collection(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Option<Value>,
+    ) -> ApiResult {
         let filter = Filter::parse(q)?;
         self.consistent().await?;
-        let items = filter.apply(res, self.rc(res)?.list(&res.list_prefix(p.namespace.as_deref())))?;
+        let items = filter.apply(
+            res,
+            self.rc(res)?.list(&res.list_prefix(p.namespace.as_deref())),
+        )?;
         let mut deleted = Vec::new();
         for o in items {
             let mut ip = p.clone();
             ip.name = Some(objects::name(&o.value).to_string());
-            ip.namespace = if res.info().namespaced { Some(objects::namespace(&o.value).to_string()) } else { None };
+            ip.namespace = if res.info().namespaced {
+                Some(objects::namespace(&o.value).to_string())
+            } else {
+                None
+            };
             match self.delete(res, &ip, q, body.clone()).await {
                 Ok(_) => deleted.push(o.value.clone()),
                 Err(e) if e.code == 404 => {}
@@ -704,9 +887,21 @@ impl Api {
 
     // ----- patch -----
 
-    pub async fn patch(&self, res: &Resource, p: &ResourcePath, q: &Query, content_type: &str, body: &[u8]) -> ApiResult {
+    pub async fn patch(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        content_type: &str,
+        body: &[u8],
+    ) -> ApiResult {
         let info = res.info();
-        let ct = content_type.split(';').next().unwrap_or("").trim().to_string();
+        let ct = content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string();
         let is_apply = ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor";
         let patch: Value = if is_apply {
             crate::body::parse_yaml_or_json(body)?
@@ -721,9 +916,15 @@ impl Api {
         }
         let force = q.flag("force");
         if force && !is_apply {
-            return Err(ApiError::bad_request("force may not be specified for non-apply patch"));
+            return Err(ApiError::bad_request(
+                "force may not be specified for non-apply patch",
+            ));
         }
-        let precondition = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let precondition = patch
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from);
         let mut warnings = Vec::new();
         let warnings_cell = std::sync::Mutex::new(Vec::<String>::new());
         let manager = q.get("fieldManager").unwrap_or("").to_string();
@@ -744,12 +945,21 @@ impl Api {
                     let base = old.clone();
                     match ct.as_str() {
                         "application/merge-patch+json" => crate::patching::merge(&base, &patch),
-                        "application/json-patch+json" => crate::patching::json_patch(&base, &patch)?,
+                        "application/json-patch+json" => {
+                            crate::patching::json_patch(&base, &patch)?
+                        }
                         "application/strategic-merge-patch+json" => {
                             crate::patching::strategic(&base, &patch, &api_version, info.kind)?
                         }
                         "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-                            crate::patching::apply(Some(&base), &patch, &manager, force, &api_version, info.kind)?
+                            crate::patching::apply(
+                                Some(&base),
+                                &patch,
+                                &manager,
+                                force,
+                                &api_version,
+                                info.kind,
+                            )?
                         }
                         other => return Err(ApiError::unsupported_media(other)),
                     }
@@ -762,7 +972,18 @@ impl Api {
             }
             Ok(decoded)
         };
-        let reply = self.guaranteed_update(res, p, q, precondition, is_apply, mutate, sub.as_deref(), !is_apply).await?;
+        let reply = self
+            .guaranteed_update(
+                res,
+                p,
+                q,
+                precondition,
+                is_apply,
+                mutate,
+                sub.as_deref(),
+                !is_apply,
+            )
+            .await?;
         if let Ok(mut cell) = warnings_cell.lock() {
             warnings.append(&mut cell);
         }
@@ -770,7 +991,14 @@ impl Api {
         Ok(reply.with_warnings(warnings))
     }
 
-    async fn patch_scale(&self, res: &Resource, p: &ResourcePath, q: &Query, ct: &str, patch: &Value) -> ApiResult {
+    async fn patch_scale(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        ct: &str,
+        patch: &Value,
+    ) -> ApiResult {
         let info = res.info();
         if !info.scale_subresource {
             return Err(ApiError::not_found_path());
@@ -786,13 +1014,20 @@ impl Api {
                 None,
                 false,
                 |old| {
-                    let old = old.ok_or_else(|| ApiError::not_found(info, p.name.as_deref().unwrap_or("")))?;
+                    let old = old.ok_or_else(|| {
+                        ApiError::not_found(info, p.name.as_deref().unwrap_or(""))
+                    })?;
                     let scale = to_scale(info, old);
                     let patched = match ct.as_str() {
-                        "application/json-patch+json" => crate::patching::json_patch(&scale, patch)?,
+                        "application/json-patch+json" => {
+                            crate::patching::json_patch(&scale, patch)?
+                        }
                         _ => crate::patching::merge(&scale, patch),
                     };
-                    let replicas = patched.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+                    let replicas = patched
+                        .pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
                     let mut new = old.clone();
                     new["spec"]["replicas"] = json!(replicas);
                     Ok(new)
@@ -810,17 +1045,34 @@ impl Api {
         }
     }
 
-    pub async fn update_scale(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
+    pub async fn update_scale(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Value,
+    ) -> ApiResult {
         let info = res.info();
-        let replicas = body.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        let replicas = body
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
         if replicas < 0 {
             return Err(ApiError::invalid(
                 info,
                 p.name.as_deref().unwrap_or(""),
-                &[ferry_api::errors::FieldError::invalid("spec.replicas", replicas.to_string(), "must be greater than or equal to 0")],
+                &[ferry_api::errors::FieldError::invalid(
+                    "spec.replicas",
+                    replicas.to_string(),
+                    "must be greater than or equal to 0",
+                )],
             ));
         }
-        let precondition = body.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty()).map(String::from);
+        let precondition = body
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from);
         let mut main = p.clone();
         main.subresource = None;
         let reply = self
@@ -831,7 +1083,9 @@ impl Api {
                 precondition,
                 false,
                 |old| {
-                    let old = old.ok_or_else(|| ApiError::not_found(info, p.name.as_deref().unwrap_or("")))?;
+                    let old = old.ok_or_else(|| {
+                        ApiError::not_found(info, p.name.as_deref().unwrap_or(""))
+                    })?;
                     let mut new = old.clone();
                     new["spec"]["replicas"] = json!(replicas);
                     Ok(new)
@@ -857,33 +1111,65 @@ fn spec_finalizers(info: &KindInfo, v: &Value) -> Vec<String> {
     }
     v.pointer("/spec/finalizers")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 impl Api {
     /// `PUT /api/v1/namespaces/<name>/finalize`: replaces `spec.finalizers`.
-    pub async fn finalize_namespace(&self, res: &Resource, p: &ResourcePath, q: &Query, body: Value) -> ApiResult {
-        let wanted = body.pointer("/spec/finalizers").cloned().unwrap_or(json!([]));
+    pub async fn finalize_namespace(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Value,
+    ) -> ApiResult {
+        let wanted = body
+            .pointer("/spec/finalizers")
+            .cloned()
+            .unwrap_or(json!([]));
         self.write_spec_finalizers(res, p, q, wanted).await
     }
 
     /// Removes the `kubernetes` finalizer of a terminating Namespace (namespace lifecycle).
     pub async fn finalize(&self, res: &Resource, p: &ResourcePath) -> ApiResult {
         let key = res.key(None, p.name.as_deref().unwrap_or(""));
-        let Some(kv) = self.store.get(&key).await? else { return Err(ApiError::not_found(res.info(), p.name.as_deref().unwrap_or(""))) };
-        let v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
-        let rest: Vec<String> = spec_finalizers(res.info(), &v).into_iter().filter(|f| f != "kubernetes").collect();
-        self.write_spec_finalizers(res, p, &Query::default(), json!(rest)).await
+        let Some(kv) = self.store.get(&key).await? else {
+            return Err(ApiError::not_found(
+                res.info(),
+                p.name.as_deref().unwrap_or(""),
+            ));
+        };
+        let v: Value =
+            serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        let rest: Vec<String> = spec_finalizers(res.info(), &v)
+            .into_iter()
+            .filter(|f| f != "kubernetes")
+            .collect();
+        self.write_spec_finalizers(res, p, &Query::default(), json!(rest))
+            .await
     }
 
-    async fn write_spec_finalizers(&self, res: &Resource, p: &ResourcePath, q: &Query, wanted: Value) -> ApiResult {
+    async fn write_spec_finalizers(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        wanted: Value,
+    ) -> ApiResult {
         let info = res.info();
         let name = p.name.clone().unwrap_or_default();
         let key = res.key(None, &name);
         for _ in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else { return Err(ApiError::not_found(info, &name)) };
-            let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            let Some(kv) = self.store.get(&key).await? else {
+                return Err(ApiError::not_found(info, &name));
+            };
+            let mut v: Value =
+                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
             if !v.get("spec").is_some_and(Value::is_object) {
                 v["spec"] = json!({});
             }
@@ -892,7 +1178,10 @@ impl Api {
                 set_resource_version(&mut v, kv.mod_revision);
                 return Ok(Reply::json(200, &v));
             }
-            if objects::is_deleting(&v) && objects::finalizers(&v).is_empty() && spec_finalizers(info, &v).is_empty() {
+            if objects::is_deleting(&v)
+                && objects::finalizers(&v).is_empty()
+                && spec_finalizers(info, &v).is_empty()
+            {
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
                     Ok((_, rev)) => {
                         set_resource_version(&mut v, rev);
@@ -902,7 +1191,8 @@ impl Api {
                     Err(e) => return Err(e.into()),
                 }
             }
-            let bytes = Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
+            let bytes =
+                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
             match self.store.update(&key, bytes, kv.mod_revision).await {
                 Ok(nkv) => {
                     set_resource_version(&mut v, nkv.mod_revision);
@@ -929,7 +1219,10 @@ fn strip_managed_time(v: &Value) -> Value {
 }
 
 fn is_terminal_pod(v: &Value) -> bool {
-    matches!(v.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"))
+    matches!(
+        v.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 fn allow_create_on_update(info: &KindInfo) -> bool {
@@ -938,10 +1231,17 @@ fn allow_create_on_update(info: &KindInfo) -> bool {
         || (info.group == "events.k8s.io")
 }
 
-fn check_name_matches(new: &Value, name: &str, ns: Option<&str>, info: &KindInfo) -> Result<(), ApiError> {
+fn check_name_matches(
+    new: &Value,
+    name: &str,
+    ns: Option<&str>,
+    info: &KindInfo,
+) -> Result<(), ApiError> {
     let n = objects::name(new);
     if !n.is_empty() && n != name {
-        return Err(ApiError::bad_request(format!("the name of the object ({n}) does not match the name on the URL ({name})")));
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        )));
     }
     if info.namespaced {
         let bns = objects::namespace(new);
@@ -959,7 +1259,10 @@ fn prepare_update_meta(new: &mut Value, old: &Value, info: &KindInfo) -> Result<
     let old_meta = objects::meta(old).cloned().unwrap_or_default();
     let name = objects::name(old).to_string();
     let m = meta_mut(new);
-    if let Some(uid) = m.get("uid").and_then(Value::as_str).filter(|u| !u.is_empty())
+    if let Some(uid) = m
+        .get("uid")
+        .and_then(Value::as_str)
+        .filter(|u| !u.is_empty())
         && Some(uid) != old_meta.get("uid").and_then(Value::as_str)
     {
         return Err(ApiError::conflict_msg(
@@ -972,7 +1275,15 @@ fn prepare_update_meta(new: &mut Value, old: &Value, info: &KindInfo) -> Result<
             ),
         ));
     }
-    for k in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation"] {
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
         match old_meta.get(k) {
             Some(v) => {
                 m.insert(k.to_string(), v.clone());
@@ -992,7 +1303,10 @@ fn prepare_update_meta(new: &mut Value, old: &Value, info: &KindInfo) -> Result<
 
 fn delete_reply(info: &KindInfo, obj: &Value, gone: bool) -> Reply {
     if gone && !info.delete_returns_object {
-        Reply::json(200, &success_status(info, objects::name(obj), objects::uid(obj)))
+        Reply::json(
+            200,
+            &success_status(info, objects::name(obj), objects::uid(obj)),
+        )
     } else {
         Reply::json(200, obj)
     }
@@ -1017,15 +1331,21 @@ fn object_key(res: &Resource, v: &Value) -> String {
 
 fn encode_continue(after: &str) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json!({"v": "ferry.continue/1", "start": after}).to_string())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(json!({"v": "ferry.continue/1", "start": after}).to_string())
 }
 
 fn decode_continue(token: &str) -> Result<String, ApiError> {
     use base64::Engine;
     let bad = || ApiError::bad_request("invalid continue token");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| bad())?;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
     let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    v.get("start").and_then(Value::as_str).map(String::from).ok_or_else(bad)
+    v.get("start")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .ok_or_else(bad)
 }
 
 /// An `autoscaling/v1` Scale for a Deployment or ReplicaSet.
@@ -1033,7 +1353,12 @@ pub fn to_scale(info: &KindInfo, v: &Value) -> Value {
     let selector = v
         .pointer("/spec/selector/matchLabels")
         .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| format!("{}={}", k, v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{}={}", k, v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
         .unwrap_or_default();
     let _ = info;
     json!({
@@ -1066,12 +1391,22 @@ pub struct DeleteOptions {
 
 impl DeleteOptions {
     pub fn parse(q: &Query, body: Option<&Value>) -> Result<DeleteOptions, ApiError> {
-        let mut o = DeleteOptions { dry_run: q.dry_run()?, ..Default::default() };
-        o.propagation = q.get("propagationPolicy").filter(|s| !s.is_empty()).map(String::from);
+        let mut o = DeleteOptions {
+            dry_run: q.dry_run()?,
+            ..Default::default()
+        };
+        o.propagation = q
+            .get("propagationPolicy")
+            .filter(|s| !s.is_empty())
+            .map(String::from);
         o.grace_period = q.int("gracePeriodSeconds")?;
         if let Some(orphan) = q.get("orphanDependents") {
             if o.propagation.is_none() {
-                o.propagation = Some(if orphan == "true" { "Orphan".into() } else { "Background".into() });
+                o.propagation = Some(if orphan == "true" {
+                    "Orphan".into()
+                } else {
+                    "Background".into()
+                });
             }
         }
         if let Some(b) = body.filter(|b| b.is_object()) {
@@ -1084,11 +1419,18 @@ impl DeleteOptions {
             if let Some(orphan) = b.get("orphanDependents").and_then(Value::as_bool)
                 && o.propagation.is_none()
             {
-                o.propagation = Some(if orphan { "Orphan".into() } else { "Background".into() });
+                o.propagation = Some(if orphan {
+                    "Orphan".into()
+                } else {
+                    "Background".into()
+                });
             }
             if let Some(pre) = b.get("preconditions") {
                 o.precondition_uid = pre.get("uid").and_then(Value::as_str).map(String::from);
-                o.precondition_rv = pre.get("resourceVersion").and_then(Value::as_str).map(String::from);
+                o.precondition_rv = pre
+                    .get("resourceVersion")
+                    .and_then(Value::as_str)
+                    .map(String::from);
             }
             if let Some(d) = b.get("dryRun").and_then(Value::as_array)
                 && d.iter().any(|x| x.as_str() == Some("All"))
@@ -1102,7 +1444,9 @@ impl DeleteOptions {
             return Err(ApiError::new(
                 422,
                 "Invalid",
-                format!("DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""),
+                format!(
+                    "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+                ),
             ));
         }
         if o.grace_period.is_some_and(|g| g < 0) {
@@ -1120,13 +1464,13 @@ pub struct Filter {
 
 impl Filter {
     pub fn parse(q: &Query) -> Result<Filter, ApiError> {
-        let labels = match q.get("labelSelector").filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(
-                ferry_api::selectors::parse_label_selector(s)
-                    .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-            ),
-            None => None,
-        };
+        let labels =
+            match q.get("labelSelector").filter(|s| !s.trim().is_empty()) {
+                Some(s) => Some(ferry_api::selectors::parse_label_selector(s).map_err(|e| {
+                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
+                })?),
+                None => None,
+            };
         let fields = match q.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
             Some(s) => Some(
                 ferry_api::selectors::parse_field_selector(s)
@@ -1149,7 +1493,9 @@ impl Filter {
             return Ok(false);
         }
         if let Some(f) = &self.fields {
-            return f.matches(|field| field_value(res, v, field)).map_err(ApiError::bad_request);
+            return f
+                .matches(|field| field_value(res, v, field))
+                .map_err(ApiError::bad_request);
         }
         Ok(true)
     }
@@ -1159,7 +1505,11 @@ impl Filter {
     }
 
     /// Keeps the matching objects; a 400 for an unsupported field.
-    pub fn apply(&self, res: &Resource, items: Vec<Arc<CachedObject>>) -> Result<Vec<Arc<CachedObject>>, ApiError> {
+    pub fn apply(
+        &self,
+        res: &Resource,
+        items: Vec<Arc<CachedObject>>,
+    ) -> Result<Vec<Arc<CachedObject>>, ApiError> {
         if self.is_empty() {
             return Ok(items);
         }

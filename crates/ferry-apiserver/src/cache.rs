@@ -27,13 +27,20 @@ impl CachedObject {
         let mut value: Value = serde_json::from_slice(raw).ok()?;
         set_resource_version(&mut value, revision);
         let bytes = Bytes::from(serde_json::to_vec(&value).ok()?);
-        Some(Arc::new(CachedObject { value, bytes, revision }))
+        Some(Arc::new(CachedObject {
+            value,
+            bytes,
+            revision,
+        }))
     }
 }
 
 pub fn set_resource_version(value: &mut Value, revision: Revision) {
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
+        meta.insert(
+            "resourceVersion".into(),
+            Value::String(revision.to_string()),
+        );
     }
 }
 
@@ -88,7 +95,11 @@ impl ResourceCache {
     fn new(start: Revision) -> Self {
         let (events, _) = broadcast::channel(4096);
         ResourceCache {
-            state: RwLock::new(State { items: BTreeMap::new(), history: VecDeque::new(), oldest: start }),
+            state: RwLock::new(State {
+                items: BTreeMap::new(),
+                history: VecDeque::new(),
+                oldest: start,
+            }),
             events,
         }
     }
@@ -96,7 +107,11 @@ impl ResourceCache {
     /// A snapshot of every object under `prefix` (a key prefix inside this resource).
     pub fn list(&self, prefix: &str) -> Vec<Arc<CachedObject>> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
-        st.items.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.clone()).collect()
+        st.items
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
@@ -105,15 +120,26 @@ impl ResourceCache {
     }
 
     pub fn len(&self) -> usize {
-        self.state.read().unwrap_or_else(|e| e.into_inner()).items.len()
+        self.state
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .items
+            .len()
     }
 
     /// Subscribes to live events and snapshots the current objects under `prefix`, atomically.
-    pub fn snapshot_and_subscribe(&self, prefix: &str) -> (Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>) {
+    pub fn snapshot_and_subscribe(
+        &self,
+        prefix: &str,
+    ) -> (Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>) {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         let live = self.events.subscribe();
-        let items =
-            st.items.range(prefix.to_string()..).take_while(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v.clone()).collect();
+        let items = st
+            .items
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
         (items, live)
     }
 
@@ -124,7 +150,12 @@ impl ResourceCache {
             return Err(st.oldest);
         }
         let live = self.events.subscribe();
-        let replay = st.history.iter().filter(|e| e.revision > after).cloned().collect();
+        let replay = st
+            .history
+            .iter()
+            .filter(|e| e.revision > after)
+            .cloned()
+            .collect();
         Ok(Subscription { replay, live })
     }
 
@@ -158,12 +189,23 @@ pub struct Cache {
 
 impl Cache {
     /// Loads every resource from the store. Call [`Cache::follow`] afterwards to keep it current.
-    pub async fn load(store: &dyn Store, prefixes: &[String]) -> Result<(Arc<Cache>, Revision), StoreError> {
+    pub async fn load(
+        store: &dyn Store,
+        prefixes: &[String],
+    ) -> Result<(Arc<Cache>, Revision), StoreError> {
         let revision = store.current_revision().await?;
         let mut resources = HashMap::new();
         for prefix in prefixes {
             let rc = ResourceCache::new(revision);
-            let res = store.range(prefix, ferry_store::RangeOptions { revision, ..Default::default() }).await?;
+            let res = store
+                .range(
+                    prefix,
+                    ferry_store::RangeOptions {
+                        revision,
+                        ..Default::default()
+                    },
+                )
+                .await?;
             {
                 let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
                 for kv in res.kvs {
@@ -175,7 +217,13 @@ impl Cache {
             resources.insert(prefix.clone(), Arc::new(rc));
         }
         let (tx, _) = watch::channel(revision);
-        Ok((Arc::new(Cache { resources, revision: tx }), revision))
+        Ok((
+            Arc::new(Cache {
+                resources,
+                revision: tx,
+            }),
+            revision,
+        ))
     }
 
     /// Applies store events to the caches until the store's watch ends. Returns the error that
@@ -200,20 +248,27 @@ impl Cache {
         if let Some(rc) = self.resource_for_key(&key) {
             let prev = rc.get(&key);
             let ce = match ev {
-                Event::Put { kv, .. } => CachedObject::from_store(&kv.value, kv.mod_revision).map(|object| CacheEvent {
-                    kind: if prev.is_some() { EventType::Modified } else { EventType::Added },
-                    revision: rev,
-                    object,
-                    prev,
-                }),
-                Event::Delete { prev: last, revision } => {
-                    CachedObject::from_store(&last.value, revision).map(|object| CacheEvent {
-                        kind: EventType::Deleted,
-                        revision,
+                Event::Put { kv, .. } => {
+                    CachedObject::from_store(&kv.value, kv.mod_revision).map(|object| CacheEvent {
+                        kind: if prev.is_some() {
+                            EventType::Modified
+                        } else {
+                            EventType::Added
+                        },
+                        revision: rev,
                         object,
                         prev,
                     })
                 }
+                Event::Delete {
+                    prev: last,
+                    revision,
+                } => CachedObject::from_store(&last.value, revision).map(|object| CacheEvent {
+                    kind: EventType::Deleted,
+                    revision,
+                    object,
+                    prev,
+                }),
             };
             if let Some(ce) = ce {
                 rc.apply(&key, ce);

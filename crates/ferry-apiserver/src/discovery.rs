@@ -4,7 +4,16 @@
 use ferry_api::kinds::KindInfo;
 use serde_json::{Value, json};
 
-const VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
+const VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
 
 fn infos() -> Vec<&'static KindInfo> {
     ferry_api::kinds::all().iter().map(|s| s.info()).collect()
@@ -63,13 +72,22 @@ pub fn has_group(group: &str) -> bool {
 }
 
 pub fn has_group_version(group: &str, version: &str) -> bool {
-    infos().iter().any(|i| i.group == group && i.version == version)
+    infos()
+        .iter()
+        .any(|i| i.group == group && i.version == version)
 }
 
 pub fn api_resource_list(group: &str, version: &str) -> Value {
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
     let mut resources = Vec::new();
-    for i in infos().into_iter().filter(|i| i.group == group && i.version == version) {
+    for i in infos()
+        .into_iter()
+        .filter(|i| i.group == group && i.version == version)
+    {
         let mut r = json!({
             "name": i.plural,
             "singularName": i.singular,
@@ -131,7 +149,11 @@ fn aggregated_resource(i: &KindInfo) -> Value {
 pub fn aggregated(core: bool, version: &str) -> Value {
     let mut items = Vec::new();
     if core {
-        let res: Vec<Value> = infos().into_iter().filter(|i| i.group.is_empty()).map(aggregated_resource).collect();
+        let res: Vec<Value> = infos()
+            .into_iter()
+            .filter(|i| i.group.is_empty())
+            .map(aggregated_resource)
+            .collect();
         items.push(json!({"metadata": {"name": ""}, "versions": [{"version": "v1", "resources": res, "freshness": "Current"}]}));
     } else {
         let mut seen: Vec<&str> = Vec::new();
@@ -144,8 +166,11 @@ pub fn aggregated(core: bool, version: &str) -> Value {
                 .iter()
                 .filter(|(gg, _)| *gg == g)
                 .map(|(_, v)| {
-                    let res: Vec<Value> =
-                        infos().into_iter().filter(|i| i.group == g && i.version == *v).map(aggregated_resource).collect();
+                    let res: Vec<Value> = infos()
+                        .into_iter()
+                        .filter(|i| i.group == g && i.version == *v)
+                        .map(aggregated_resource)
+                        .collect();
                     json!({"version": v, "resources": res, "freshness": "Current"})
                 })
                 .collect();
@@ -181,11 +206,15 @@ mod tests {
     #[test]
     fn negotiation() {
         assert_eq!(
-            aggregated_version("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+            aggregated_version(
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+            ),
             Some("v2")
         );
         assert_eq!(
-            aggregated_version("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+            aggregated_version(
+                "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+            ),
             Some("v2beta1")
         );
         assert_eq!(aggregated_version("application/json, */*"), None);
@@ -194,7 +223,16 @@ mod tests {
     #[test]
     fn core_resources_listed() {
         let l = api_resource_list("", "v1");
-        let names: Vec<&str> = l["resources"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
-        assert!(names.contains(&"services") && names.contains(&"services/status") && names.contains(&"pods"));
+        let names: Vec<&str> = l["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"services")
+                && names.contains(&"services/status")
+                && names.contains(&"pods")
+        );
     }
 }

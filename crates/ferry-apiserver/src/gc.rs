@@ -26,7 +26,11 @@ fn path_of(res: &Resource, v: &Value) -> ResourcePath {
     ResourcePath {
         group: info.group.to_string(),
         version: info.version.to_string(),
-        namespace: if info.namespaced { Some(objects::namespace(v).to_string()) } else { None },
+        namespace: if info.namespaced {
+            Some(objects::namespace(v).to_string())
+        } else {
+            None
+        },
         resource: info.plural.to_string(),
         name: Some(objects::name(v).to_string()),
         subresource: None,
@@ -34,7 +38,11 @@ fn path_of(res: &Resource, v: &Value) -> ResourcePath {
 }
 
 fn owner_refs(v: &Value) -> Vec<Value> {
-    objects::meta(v).and_then(|m| m.get("ownerReferences")).and_then(Value::as_array).cloned().unwrap_or_default()
+    objects::meta(v)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
 }
 
 pub async fn run(api: Arc<Api>, shutdown: CancellationToken) {
@@ -63,10 +71,15 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
     let mut all: Vec<Obj> = Vec::new();
     for s in ferry_api::kinds::all() {
         let info = s.info();
-        let Some(res) = api.resource(info.group, info.version, info.plural).cloned() else { continue };
+        let Some(res) = api.resource(info.group, info.version, info.plural).cloned() else {
+            continue;
+        };
         if let Some(rc) = api.cache.resource(&res.prefix) {
             for o in rc.list(&res.prefix) {
-                all.push(Obj { res: res.clone(), value: o.value.clone() });
+                all.push(Obj {
+                    res: res.clone(),
+                    value: o.value.clone(),
+                });
             }
         }
     }
@@ -87,23 +100,37 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
         }
         let uid = objects::uid(&o.value).to_string();
         let fins = objects::finalizers(&o.value);
-        let deps: Vec<&Obj> = dependents.get(&uid).map(|v| v.iter().map(|i| &all[*i]).collect()).unwrap_or_default();
+        let deps: Vec<&Obj> = dependents
+            .get(&uid)
+            .map(|v| v.iter().map(|i| &all[*i]).collect())
+            .unwrap_or_default();
         if fins.iter().any(|f| f == "orphan") {
             for d in &deps {
                 let target = uid.clone();
                 let _ = api
-                    .guaranteed_update(&d.res, &path_of(&d.res, &d.value), &q, None, false, |cur| {
-                        let mut v = cur.cloned().unwrap_or(Value::Null);
-                        let refs: Vec<Value> =
-                            owner_refs(&v).into_iter().filter(|r| r.get("uid").and_then(Value::as_str) != Some(&target)).collect();
-                        let m = objects::meta_mut(&mut v);
-                        if refs.is_empty() {
-                            m.remove("ownerReferences");
-                        } else {
-                            m.insert("ownerReferences".into(), json!(refs));
-                        }
-                        Ok(v)
-                    }, None, false)
+                    .guaranteed_update(
+                        &d.res,
+                        &path_of(&d.res, &d.value),
+                        &q,
+                        None,
+                        false,
+                        |cur| {
+                            let mut v = cur.cloned().unwrap_or(Value::Null);
+                            let refs: Vec<Value> = owner_refs(&v)
+                                .into_iter()
+                                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(&target))
+                                .collect();
+                            let m = objects::meta_mut(&mut v);
+                            if refs.is_empty() {
+                                m.remove("ownerReferences");
+                            } else {
+                                m.insert("ownerReferences".into(), json!(refs));
+                            }
+                            Ok(v)
+                        },
+                        None,
+                        false,
+                    )
                     .await;
             }
             remove_finalizer(api, o, "orphan").await;
@@ -114,14 +141,18 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
             for d in &deps {
                 let blocks = owner_refs(&d.value).iter().any(|r| {
                     r.get("uid").and_then(Value::as_str) == Some(&uid)
-                        && r.get("blockOwnerDeletion").and_then(Value::as_bool).unwrap_or(false)
+                        && r.get("blockOwnerDeletion")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(false)
                 });
                 if blocks {
                     blocking += 1;
                 }
                 if !objects::is_deleting(&d.value) {
                     let body = json!({"propagationPolicy": if blocks { "Foreground" } else { "Background" }});
-                    let _ = api.delete(&d.res, &path_of(&d.res, &d.value), &q, Some(body)).await;
+                    let _ = api
+                        .delete(&d.res, &path_of(&d.res, &d.value), &q, Some(body))
+                        .await;
                 }
             }
             if blocking == 0 {
@@ -139,7 +170,11 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
         if refs.is_empty() || objects::is_deleting(&o.value) {
             continue;
         }
-        let present = refs.iter().any(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| uids.contains(u)));
+        let present = refs.iter().any(|r| {
+            r.get("uid")
+                .and_then(Value::as_str)
+                .is_some_and(|u| uids.contains(u))
+        });
         if present {
             continue;
         }
@@ -152,7 +187,14 @@ async fn round(api: &Api) -> Result<(), crate::status::ApiError> {
             }
         }
         if !any_alive {
-            let _ = api.delete(&o.res, &path_of(&o.res, &o.value), &q, Some(json!({"propagationPolicy": "Background"}))).await;
+            let _ = api
+                .delete(
+                    &o.res,
+                    &path_of(&o.res, &o.value),
+                    &q,
+                    Some(json!({"propagationPolicy": "Background"})),
+                )
+                .await;
         }
     }
     Ok(())
@@ -189,12 +231,24 @@ async fn owner_alive(api: &Api, dep: &Obj, r: &Value) -> bool {
 async fn remove_finalizer(api: &Api, o: &Obj, fin: &str) {
     let fin = fin.to_string();
     let _ = api
-        .guaranteed_update(&o.res, &path_of(&o.res, &o.value), &Query::default(), None, false, |cur| {
-            let mut v = cur.cloned().unwrap_or(Value::Null);
-            let f: Vec<String> = objects::finalizers(&v).into_iter().filter(|x| *x != fin).collect();
-            objects::set_finalizers(&mut v, &f);
-            Ok(v)
-        }, None, false)
+        .guaranteed_update(
+            &o.res,
+            &path_of(&o.res, &o.value),
+            &Query::default(),
+            None,
+            false,
+            |cur| {
+                let mut v = cur.cloned().unwrap_or(Value::Null);
+                let f: Vec<String> = objects::finalizers(&v)
+                    .into_iter()
+                    .filter(|x| *x != fin)
+                    .collect();
+                objects::set_finalizers(&mut v, &f);
+                Ok(v)
+            },
+            None,
+            false,
+        )
         .await;
 }
 
@@ -205,18 +259,37 @@ async fn terminate_namespace(api: &Api, ns: &Obj, all: &[Obj]) {
         let mut p = path_of(&ns.res, &ns.value);
         p.subresource = Some("status".into());
         let _ = api
-            .guaranteed_update(&ns.res, &p, &q, None, false, |cur| {
-                let mut v = cur.cloned().unwrap_or(Value::Null);
-                v["status"] = json!({"phase": "Terminating"});
-                Ok(v)
-            }, Some("status"), false)
+            .guaranteed_update(
+                &ns.res,
+                &p,
+                &q,
+                None,
+                false,
+                |cur| {
+                    let mut v = cur.cloned().unwrap_or(Value::Null);
+                    v["status"] = json!({"phase": "Terminating"});
+                    Ok(v)
+                },
+                Some("status"),
+                false,
+            )
             .await;
     }
     let mut remaining = 0;
-    for o in all.iter().filter(|o| o.res.info().namespaced && objects::namespace(&o.value) == name) {
+    for o in all
+        .iter()
+        .filter(|o| o.res.info().namespaced && objects::namespace(&o.value) == name)
+    {
         remaining += 1;
         if !objects::is_deleting(&o.value) {
-            let _ = api.delete(&o.res, &path_of(&o.res, &o.value), &q, Some(json!({"propagationPolicy": "Background"}))).await;
+            let _ = api
+                .delete(
+                    &o.res,
+                    &path_of(&o.res, &o.value),
+                    &q,
+                    Some(json!({"propagationPolicy": "Background"})),
+                )
+                .await;
         }
     }
     if remaining > 0 {

@@ -51,15 +51,23 @@ pub struct Running {
 }
 
 /// The namespaces every cluster has.
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// Starts the API server on `store`; returns once it is ready and the kubeconfig is written.
-pub async fn start(config: Config, store: Arc<dyn Store>, shutdown: CancellationToken) -> Result<Running> {
-    std::fs::create_dir_all(&config.data_dir).with_context(|| format!("creating {}", config.data_dir.display()))?;
+pub async fn start(
+    config: Config,
+    store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+) -> Result<Running> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let mut sans = config.extra_sans.clone();
     sans.push(config.listen.ip().to_string());
     let pki = pki::load_or_create(&config.data_dir, &sans)?;
-    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("binding {}", config.listen))?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding {}", config.listen))?;
     let addr = listener.local_addr()?;
 
     let (cache, rev) = cache::Cache::load(store.as_ref(), &api::Api::all_prefixes()).await?;
@@ -95,8 +103,17 @@ pub async fn start(config: Config, store: Arc<dyn Store>, shutdown: Cancellation
         ready: false.into(),
         advertise: format!("{host}:{}", addr.port()),
     });
-    let tls = if config.plain_http { None } else { Some(pki.server_config()?) };
-    let done = tokio::spawn(server::serve(server.clone(), listener, tls, shutdown.clone()));
+    let tls = if config.plain_http {
+        None
+    } else {
+        Some(pki.server_config()?)
+    };
+    let done = tokio::spawn(server::serve(
+        server.clone(),
+        listener,
+        tls,
+        shutdown.clone(),
+    ));
     bootstrap(&server.api).await?;
     {
         let api_for_gc = Arc::new(api::Api::new(store.clone(), server.api.cache.clone()));
@@ -105,12 +122,20 @@ pub async fn start(config: Config, store: Arc<dyn Store>, shutdown: Cancellation
     let kubeconfig = config.data_dir.join("kubeconfig");
     pki::write_kubeconfig(&kubeconfig, &pki.kubeconfig(&url, !config.plain_http))?;
     server.ready.store(true, Ordering::SeqCst);
-    Ok(Running { addr, url, kubeconfig, server, done })
+    Ok(Running {
+        addr,
+        url,
+        kubeconfig,
+        server,
+        done,
+    })
 }
 
 /// Creates the system namespaces when missing.
 async fn bootstrap(api: &api::Api) -> Result<()> {
-    let Some(ns) = api.resource("", "v1", "namespaces").cloned() else { return Ok(()) };
+    let Some(ns) = api.resource("", "v1", "namespaces").cloned() else {
+        return Ok(());
+    };
     for name in SYSTEM_NAMESPACES {
         let p = request::ResourcePath {
             group: String::new(),

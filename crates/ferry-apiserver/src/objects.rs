@@ -48,7 +48,11 @@ pub fn labels(v: &Value) -> BTreeMap<String, String> {
     meta(v)
         .and_then(|m| m.get("labels"))
         .and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -56,7 +60,11 @@ pub fn finalizers(v: &Value) -> Vec<String> {
     meta(v)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -65,25 +73,34 @@ pub fn set_finalizers(v: &mut Value, f: &[String]) {
     if f.is_empty() {
         m.remove("finalizers");
     } else {
-        m.insert("finalizers".into(), Value::Array(f.iter().map(|s| Value::String(s.clone())).collect()));
+        m.insert(
+            "finalizers".into(),
+            Value::Array(f.iter().map(|s| Value::String(s.clone())).collect()),
+        );
     }
 }
 
 pub fn is_deleting(v: &Value) -> bool {
-    meta(v).and_then(|m| m.get("deletionTimestamp")).is_some_and(|t| !t.is_null())
+    meta(v)
+        .and_then(|m| m.get("deletionTimestamp"))
+        .is_some_and(|t| !t.is_null())
 }
 
 /// RFC 3339, seconds precision, `Z`.
 pub fn now_rfc3339() -> String {
     let ts = jiff::Timestamp::now();
     let secs = ts.as_second();
-    jiff::Timestamp::from_second(secs).map(|t| t.to_string()).unwrap_or_else(|_| ts.to_string())
+    jiff::Timestamp::from_second(secs)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| ts.to_string())
 }
 
 /// RFC 3339 `Z` timestamp `secs` seconds from now.
 pub fn rfc3339_in(secs: i64) -> String {
     let now = jiff::Timestamp::now().as_second();
-    jiff::Timestamp::from_second(now + secs).map(|t| t.to_string()).unwrap_or_else(|_| now_rfc3339())
+    jiff::Timestamp::from_second(now + secs)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| now_rfc3339())
 }
 
 /// The object without the fields the server manages, for "did anything change" comparisons.
@@ -113,5 +130,7 @@ pub fn random_suffix() -> String {
     use rand::Rng;
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
-    (0..5).map(|_| char::from(ALPHA[rng.random_range(0..ALPHA.len())])).collect()
+    (0..5)
+        .map(|_| char::from(ALPHA[rng.random_range(0..ALPHA.len())]))
+        .collect()
 }

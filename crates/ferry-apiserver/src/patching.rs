@@ -13,7 +13,12 @@ pub fn json_patch(base: &Value, p: &Value) -> Result<Value, ApiError> {
     patch::json_patch::apply(base, p).map_err(patch_error)
 }
 
-pub fn strategic(base: &Value, p: &Value, api_version: &str, kind: &str) -> Result<Value, ApiError> {
+pub fn strategic(
+    base: &Value,
+    p: &Value,
+    api_version: &str,
+    kind: &str,
+) -> Result<Value, ApiError> {
     match patch::root_type(api_version, kind) {
         Some(root) => patch::strategic::apply(base, p, root).map_err(patch_error),
         // Kinds without patch metadata take a JSON merge patch, as upstream does for custom kinds.
@@ -21,9 +26,18 @@ pub fn strategic(base: &Value, p: &Value, api_version: &str, kind: &str) -> Resu
     }
 }
 
-pub fn apply(live: Option<&Value>, applied: &Value, manager: &str, force: bool, api_version: &str, kind: &str) -> Result<Value, ApiError> {
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    api_version: &str,
+    kind: &str,
+) -> Result<Value, ApiError> {
     if !applied.is_object() {
-        return Err(ApiError::bad_request("the applied configuration must be an object"));
+        return Err(ApiError::bad_request(
+            "the applied configuration must be an object",
+        ));
     }
     let root = patch::root_type(api_version, kind).unwrap_or(patch::TypeRef::UNTYPED);
     let now = crate::objects::now_rfc3339();

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use base64::Engine;
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -34,9 +37,15 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
 
 fn ca_params() -> Result<CertificateParams> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.distinguished_name.push(DnType::CommonName, "ferry-ca");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "ferry-ca");
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     params.not_before = rcgen::date_time_ymd(2024, 1, 1);
     params.not_after = rcgen::date_time_ymd(2124, 1, 1);
     Ok(params)
@@ -90,7 +99,9 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
         let issuer = Issuer::from_params(&ca, issuer_key);
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         params.subject_alt_names = sans
             .iter()
             .map(|s| match s.parse::<IpAddr>() {
@@ -99,7 +110,10 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
             })
             .collect::<Result<_, _>>()?;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         params.not_before = rcgen::date_time_ymd(2024, 1, 1);
         params.not_after = rcgen::date_time_ymd(2124, 1, 1);
         let cert = params.signed_by(&key, &issuer)?;
@@ -112,7 +126,11 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
         let token: String = {
             use rand::Rng;
             let mut rng = rand::rng();
-            (0..48).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])).collect()
+            (0..48)
+                .map(|_| {
+                    char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[rng.random_range(0..36)])
+                })
+                .collect()
         };
         write_private(&token_path, &token)?;
     }
@@ -142,7 +160,11 @@ impl Pki {
     /// A kubeconfig for the admin user.
     pub fn kubeconfig(&self, server_url: &str, tls: bool) -> String {
         let ca = base64::engine::general_purpose::STANDARD.encode(self.ca_pem.as_bytes());
-        let ca_line = if tls { format!("    certificate-authority-data: {ca}\n") } else { String::new() };
+        let ca_line = if tls {
+            format!("    certificate-authority-data: {ca}\n")
+        } else {
+            String::new()
+        };
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: ferry\n  cluster:\n    server: {server_url}\n{ca_line}contexts:\n- name: ferry\n  context:\n    cluster: ferry\n    user: admin\n    namespace: default\ncurrent-context: ferry\nusers:\n- name: admin\n  user:\n    token: {}\npreferences: {{}}\n",
             self.admin_token

@@ -16,7 +16,9 @@ pub fn percent_decode(s: &str) -> String {
                 i += 1;
             }
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 match hex {
                     Some(b) => {
                         out.push(b);
@@ -61,14 +63,19 @@ impl Query {
     pub fn int(&self, k: &str) -> Result<Option<i64>, ApiError> {
         match self.get(k) {
             None | Some("") => Ok(None),
-            Some(v) => v.parse().map(Some).map_err(|_| ApiError::bad_request(format!("invalid value for {k}: {v:?}"))),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("invalid value for {k}: {v:?}"))),
         }
     }
     pub fn dry_run(&self) -> Result<bool, ApiError> {
         match self.get("dryRun") {
             None | Some("") => Ok(false),
             Some("All") => Ok(true),
-            Some(v) => Err(ApiError::bad_request(format!("Invalid dry run value: {v:?}. Valid values are \"All\""))),
+            Some(v) => Err(ApiError::bad_request(format!(
+                "Invalid dry run value: {v:?}. Valid values are \"All\""
+            ))),
         }
     }
 }
@@ -78,16 +85,23 @@ impl Query {
 pub enum Want {
     Json,
     /// `meta.k8s.io/v1` Table (`v1beta1` answered the same way, with its apiVersion).
-    Table { v1beta1: bool },
+    Table {
+        v1beta1: bool,
+    },
 }
 
 pub fn negotiate(accept: &str) -> Want {
     for part in accept.split(',') {
         let p = part.replace(' ', "");
         if p.contains("as=Table") && p.contains("g=meta.k8s.io") {
-            return Want::Table { v1beta1: p.contains("v=v1beta1") };
+            return Want::Table {
+                v1beta1: p.contains("v=v1beta1"),
+            };
         }
-        if p.starts_with("application/json") || p.starts_with("*/*") || p.starts_with("application/yaml") {
+        if p.starts_with("application/json")
+            || p.starts_with("*/*")
+            || p.starts_with("application/yaml")
+        {
             return Want::Json;
         }
     }
@@ -115,7 +129,10 @@ pub fn parse_resource_path(path: &str) -> Option<ResourcePath> {
         _ => return None,
     };
     let rest: Vec<String> = rest.iter().map(|s| percent_decode(s)).collect();
-    let mk = |namespace: Option<String>, resource: &str, name: Option<&String>, sub: Option<&String>| ResourcePath {
+    let mk = |namespace: Option<String>,
+              resource: &str,
+              name: Option<&String>,
+              sub: Option<&String>| ResourcePath {
         group: group.to_string(),
         version: version.to_string(),
         namespace,
@@ -126,7 +143,12 @@ pub fn parse_resource_path(path: &str) -> Option<ResourcePath> {
     match rest.as_slice() {
         // namespaces/<ns>/<resource>[/<name>[/<sub>]] — but namespaces/<name>/status|finalize is the
         // Namespace's own subresource.
-        [ns, n, sub] if ns == "namespaces" && group.is_empty() && (sub == "status" || sub == "finalize") && !n.is_empty() => {
+        [ns, n, sub]
+            if ns == "namespaces"
+                && group.is_empty()
+                && (sub == "status" || sub == "finalize")
+                && !n.is_empty() =>
+        {
             // Ambiguous only if a namespaced resource were called "status"/"finalize": none is.
             Some(mk(None, "namespaces", Some(n), Some(sub)))
         }
@@ -154,10 +176,17 @@ mod tests {
         assert_eq!(p.resource, "services");
         assert_eq!(p.name.as_deref(), Some("web"));
         let p = parse_resource_path("/api/v1/namespaces/default").expect("parses");
-        assert_eq!((p.resource.as_str(), p.name.as_deref()), ("namespaces", Some("default")));
+        assert_eq!(
+            (p.resource.as_str(), p.name.as_deref()),
+            ("namespaces", Some("default"))
+        );
         let p = parse_resource_path("/api/v1/namespaces/x/status").expect("parses");
-        assert_eq!((p.resource.as_str(), p.subresource.as_deref()), ("namespaces", Some("status")));
-        let p = parse_resource_path("/apis/apps/v1/namespaces/d/deployments/w/scale").expect("parses");
+        assert_eq!(
+            (p.resource.as_str(), p.subresource.as_deref()),
+            ("namespaces", Some("status"))
+        );
+        let p =
+            parse_resource_path("/apis/apps/v1/namespaces/d/deployments/w/scale").expect("parses");
         assert_eq!(p.subresource.as_deref(), Some("scale"));
         let p = parse_resource_path("/api/v1/services").expect("parses");
         assert_eq!((p.namespace, p.name), (None, None));
@@ -166,7 +195,9 @@ mod tests {
 
     #[test]
     fn query_decoding() {
-        let q = Query::parse(Some("labelSelector=app%3Dnginx&fieldSelector=metadata.name%3Dx&watch=1&limit=500"));
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dnginx&fieldSelector=metadata.name%3Dx&watch=1&limit=500",
+        ));
         assert_eq!(q.get("labelSelector"), Some("app=nginx"));
         assert!(q.flag("watch"));
         assert_eq!(q.int("limit").ok().flatten(), Some(500));
@@ -175,9 +206,14 @@ mod tests {
     #[test]
     fn accept() {
         assert_eq!(
-            negotiate("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"),
+            negotiate(
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+            ),
             Want::Table { v1beta1: false }
         );
-        assert_eq!(negotiate("application/vnd.kubernetes.protobuf,application/json"), Want::Json);
+        assert_eq!(
+            negotiate("application/vnd.kubernetes.protobuf,application/json"),
+            Want::Json
+        );
     }
 }

@@ -42,7 +42,11 @@ fn full(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body>
 }
 
 fn json_response(code: u16, v: &Value) -> Response<Body> {
-    full(code, "application/json", serde_json::to_vec(v).unwrap_or_default())
+    full(
+        code,
+        "application/json",
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
 }
 
 pub fn error_response(e: &ApiError) -> Response<Body> {
@@ -51,7 +55,12 @@ pub fn error_response(e: &ApiError) -> Response<Body> {
 
 fn reply_response(r: Reply) -> Response<Body> {
     match r {
-        Reply::Json { code, body, content_type, warnings } => {
+        Reply::Json {
+            code,
+            body,
+            content_type,
+            warnings,
+        } => {
             let mut resp = full(code, content_type, body);
             for w in warnings {
                 let text = format!("299 - {}", serde_json::to_string(&w).unwrap_or_default());
@@ -62,7 +71,8 @@ fn reply_response(r: Reply) -> Response<Body> {
             resp
         }
         Reply::Stream { content_type, rx } => {
-            let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(|b| Ok::<_, Infallible>(Frame::data(b)));
+            let stream = tokio_stream::wrappers::ReceiverStream::new(rx)
+                .map(|b| Ok::<_, Infallible>(Frame::data(b)));
             Response::builder()
                 .status(StatusCode::OK)
                 .header(header::CONTENT_TYPE, content_type)
@@ -75,7 +85,9 @@ fn reply_response(r: Reply) -> Response<Body> {
 
 impl Server {
     fn authorized<B>(&self, req: &Request<B>) -> bool {
-        let Some(token) = &self.token else { return true };
+        let Some(token) = &self.token else {
+            return true;
+        };
         req.headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -94,7 +106,11 @@ impl Server {
                 return if self.ready.load(Ordering::SeqCst) {
                     full(200, "text/plain; charset=utf-8", "ok")
                 } else {
-                    full(500, "text/plain; charset=utf-8", "[-]ferry-ready failed: not ready\nreadyz check failed")
+                    full(
+                        500,
+                        "text/plain; charset=utf-8",
+                        "[-]ferry-ready failed: not ready\nreadyz check failed",
+                    )
                 };
             }
             "/version" => return json_response(200, &discovery::version()),
@@ -103,15 +119,26 @@ impl Server {
         if !self.authorized(&req) {
             return error_response(&ApiError::unauthorized());
         }
-        let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        let content_type =
-            req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_string();
         match (method.clone(), path.as_str()) {
             (Method::GET, "/api" | "/api/") => {
                 return match discovery::aggregated_version(&accept) {
                     Some(v) => full(
                         200,
-                        &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+                        &format!(
+                            "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+                        ),
                         serde_json::to_vec(&discovery::aggregated(true, v)).unwrap_or_default(),
                     ),
                     None => json_response(200, &discovery::api_versions(&self.advertise)),
@@ -121,23 +148,41 @@ impl Server {
                 return match discovery::aggregated_version(&accept) {
                     Some(v) => full(
                         200,
-                        &format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"),
+                        &format!(
+                            "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+                        ),
                         serde_json::to_vec(&discovery::aggregated(false, v)).unwrap_or_default(),
                     ),
                     None => json_response(200, &discovery::api_group_list()),
                 };
             }
-            (Method::GET, "/api/v1") => return json_response(200, &discovery::api_resource_list("", "v1")),
+            (Method::GET, "/api/v1") => {
+                return json_response(200, &discovery::api_resource_list("", "v1"));
+            }
             (Method::GET, "/openapi/v3") | (Method::GET, "/openapi/v3/") => {
-                return full(200, "application/json", Bytes::copy_from_slice(self.openapi.v3_index()));
+                return full(
+                    200,
+                    "application/json",
+                    Bytes::copy_from_slice(self.openapi.v3_index()),
+                );
             }
             (Method::GET, "/openapi/v2") | (Method::GET, "/swagger-2.0.0.pb-v1") => {
                 let mut resp = if accept.contains("protobuf") || path.ends_with("pb-v1") {
-                    full(200, "application/octet-stream", Bytes::copy_from_slice(self.openapi.v2_protobuf()))
+                    full(
+                        200,
+                        "application/octet-stream",
+                        Bytes::copy_from_slice(self.openapi.v2_protobuf()),
+                    )
                 } else {
-                    full(200, "application/json", Bytes::copy_from_slice(self.openapi.v2_json()))
+                    full(
+                        200,
+                        "application/json",
+                        Bytes::copy_from_slice(self.openapi.v2_json()),
+                    )
                 };
-                if let Ok(v) = header::HeaderValue::from_str(&format!("\"{}\"", self.openapi.v2_etag())) {
+                if let Ok(v) =
+                    header::HeaderValue::from_str(&format!("\"{}\"", self.openapi.v2_etag()))
+                {
                     resp.headers_mut().insert(header::ETAG, v);
                 }
                 return resp;
@@ -151,8 +196,13 @@ impl Server {
                 Some((doc, hash)) => {
                     let mut resp = full(200, "application/json", Bytes::copy_from_slice(doc));
                     let immutable = query.get("hash") == Some(hash);
-                    let cc = if immutable { "public, immutable" } else { "no-cache, private" };
-                    resp.headers_mut().insert(header::CACHE_CONTROL, header::HeaderValue::from_static(cc));
+                    let cc = if immutable {
+                        "public, immutable"
+                    } else {
+                        "no-cache, private"
+                    };
+                    resp.headers_mut()
+                        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static(cc));
                     if let Ok(v) = header::HeaderValue::from_str(&format!("\"{hash}\"")) {
                         resp.headers_mut().insert(header::ETAG, v);
                     }
@@ -185,7 +235,11 @@ impl Server {
         let Some(rp) = parse_resource_path(&path) else {
             return error_response(&ApiError::not_found_path());
         };
-        let Some(res) = self.api.resource(&rp.group, &rp.version, &rp.resource).cloned() else {
+        let Some(res) = self
+            .api
+            .resource(&rp.group, &rp.version, &rp.resource)
+            .cloned()
+        else {
             return error_response(&ApiError::not_found_path());
         };
         if rp.namespace.is_some() && !res.info().namespaced {
@@ -193,17 +247,26 @@ impl Server {
         }
         let want = negotiate(&accept);
         // Read the body for writes.
-        let body_bytes = if matches!(method, Method::POST | Method::PUT | Method::PATCH | Method::DELETE) {
+        let body_bytes = if matches!(
+            method,
+            Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+        ) {
             match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(c) => c.to_bytes(),
                 Err(_) => {
-                    return error_response(&ApiError::new(413, "RequestEntityTooLarge", "the request body is too large"));
+                    return error_response(&ApiError::new(
+                        413,
+                        "RequestEntityTooLarge",
+                        "the request body is too large",
+                    ));
                 }
             }
         } else {
             Bytes::new()
         };
-        let result = self.dispatch(res, rp, &query, want, &method, &content_type, body_bytes).await;
+        let result = self
+            .dispatch(res, rp, &query, want, &method, &content_type, body_bytes)
+            .await;
         match result {
             Ok(r) => reply_response(r),
             Err(e) => error_response(&e),
@@ -306,7 +369,8 @@ pub async fn serve(
             let server = server.clone();
             async move { Ok::<_, Infallible>(server.handle(req).await) }
         });
-        let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        let builder =
+            hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
         match acceptor {
             Some(acceptor) => {
                 let watcher = graceful.watcher();
@@ -318,15 +382,18 @@ pub async fn serve(
                             return;
                         }
                     };
-                    let conn = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), svc).into_owned();
+                    let conn = builder
+                        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), svc)
+                        .into_owned();
                     let _ = watcher.watch(conn).await;
                 });
             }
             None => {
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
-                    let conn =
-                        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc).into_owned();
+                    let conn = builder
+                        .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
+                        .into_owned();
                     let _ = watcher.watch(conn).await;
                 });
             }

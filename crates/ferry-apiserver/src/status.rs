@@ -15,7 +15,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
@@ -25,20 +30,32 @@ impl ApiError {
         Self::new(400, "BadRequest", message)
     }
     pub fn not_found_path() -> Self {
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details(json!({}))
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(json!({}))
     }
     pub fn not_found(info: &KindInfo, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{}\" not found", info.qualified_resource(), name))
-            .with_details(details(info, name))
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{}\" not found", info.qualified_resource(), name),
+        )
+        .with_details(details(info, name))
     }
     pub fn namespace_not_found(ns: &str) -> Self {
         Self::new(404, "NotFound", format!("namespaces \"{ns}\" not found"))
             .with_details(json!({"name": ns, "kind": "namespaces"}))
     }
     pub fn already_exists(info: &KindInfo, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{} \"{}\" already exists", info.qualified_resource(), name))
-            .with_details(details(info, name))
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{}\" already exists", info.qualified_resource(), name),
+        )
+        .with_details(details(info, name))
     }
     pub fn conflict(info: &KindInfo, name: &str) -> Self {
         Self::new(
@@ -56,7 +73,12 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{}\": {}", info.qualified_resource(), name, msg),
+            format!(
+                "Operation cannot be fulfilled on {} \"{}\": {}",
+                info.qualified_resource(),
+                name,
+                msg
+            ),
         )
         .with_details(details(info, name))
     }
@@ -69,23 +91,45 @@ impl ApiError {
         let list = if errors.len() == 1 {
             errors[0].to_string()
         } else {
-            format!("[{}]", errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", "))
+            format!(
+                "[{}]",
+                errors
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         };
         let mut d = json!({"name": name, "kind": info.kind, "causes": causes});
         if !info.group.is_empty() {
             d["group"] = json!(info.group);
         }
-        Self::new(422, "Invalid", format!("{} \"{}\" is invalid: {}", qualified_kind(info), name, list)).with_details(d)
+        Self::new(
+            422,
+            "Invalid",
+            format!("{} \"{}\" is invalid: {}", qualified_kind(info), name, list),
+        )
+        .with_details(d)
     }
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
     pub fn method_not_allowed() -> Self {
-        Self::new(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
-            .with_details(json!({}))
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+        .with_details(json!({}))
     }
     pub fn unsupported_media(ct: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct})"))
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct})"
+            ),
+        )
     }
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
@@ -125,7 +169,16 @@ impl ApiError {
 fn reorder(s: Value) -> Value {
     let Value::Object(m) = s else { return s };
     let mut out = serde_json::Map::new();
-    for k in ["kind", "apiVersion", "metadata", "status", "message", "reason", "details", "code"] {
+    for k in [
+        "kind",
+        "apiVersion",
+        "metadata",
+        "status",
+        "message",
+        "reason",
+        "details",
+        "code",
+    ] {
         if let Some(v) = m.get(k) {
             out.insert(k.to_string(), v.clone());
         }
@@ -143,7 +196,11 @@ fn details(info: &KindInfo, name: &str) -> Value {
 
 /// `Service` or `Deployment.apps`, as upstream names kinds in Invalid messages.
 fn qualified_kind(info: &KindInfo) -> String {
-    if info.group.is_empty() { info.kind.to_string() } else { format!("{}.{}", info.kind, info.group) }
+    if info.group.is_empty() {
+        info.kind.to_string()
+    } else {
+        format!("{}.{}", info.kind, info.group)
+    }
 }
 
 /// A `Status` Success for deletes of kinds that answer with one.
@@ -160,7 +217,9 @@ pub fn success_status(info: &KindInfo, name: &str, uid: &str) -> Value {
 impl From<ferry_store::StoreError> for ApiError {
     fn from(e: ferry_store::StoreError) -> Self {
         match e {
-            ferry_store::StoreError::Compacted { requested, .. } => ApiError::gone_too_old(requested),
+            ferry_store::StoreError::Compacted { requested, .. } => {
+                ApiError::gone_too_old(requested)
+            }
             ferry_store::StoreError::Unavailable(m) => ApiError::unavailable(m),
             other => ApiError::internal(other.to_string()),
         }

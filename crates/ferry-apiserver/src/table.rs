@@ -42,9 +42,18 @@ pub fn columns(strategy: &dyn Strategy) -> Value {
     json!(strategy.columns())
 }
 
-pub fn build(strategy: &dyn Strategy, items: &[Arc<CachedObject>], q: &Query, rv: &str, v1beta1: bool) -> Value {
+pub fn build(
+    strategy: &dyn Strategy,
+    items: &[Arc<CachedObject>],
+    q: &Query,
+    rv: &str,
+    v1beta1: bool,
+) -> Value {
     let include = q.get("includeObject").unwrap_or("Metadata");
-    let rows: Vec<Value> = items.iter().map(|o| row(strategy, &o.value, include, v1beta1)).collect();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| row(strategy, &o.value, include, v1beta1))
+        .collect();
     json!({
         "kind": "Table",
         "apiVersion": if v1beta1 { "meta.k8s.io/v1beta1" } else { "meta.k8s.io/v1" },

@@ -30,7 +30,8 @@ impl Ctx {
             Want::Table { v1beta1 } => table::single(self.res.strategy, v, &self.query, v1beta1),
             Want::Json => v.clone(),
         };
-        let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        let mut line =
+            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
         line.push(b'\n');
         Bytes::from(line)
     }
@@ -52,7 +53,10 @@ impl Ctx {
     fn in_scope(&self, o: &CachedObject) -> bool {
         let key_ns = crate::objects::namespace(&o.value);
         if self.res.info().namespaced && self.prefix != self.res.prefix {
-            let want_ns = self.prefix.trim_start_matches(&self.res.prefix).trim_end_matches('/');
+            let want_ns = self
+                .prefix
+                .trim_start_matches(&self.res.prefix)
+                .trim_end_matches('/');
             return key_ns == want_ns;
         }
         true
@@ -65,10 +69,15 @@ impl Ctx {
             return None;
         }
         let now = self.filter.matches(&self.res, &ev.object.value);
-        let before = ev.prev.as_ref().is_some_and(|p| self.filter.matches(&self.res, &p.value));
+        let before = ev
+            .prev
+            .as_ref()
+            .is_some_and(|p| self.filter.matches(&self.res, &p.value));
         match ev.kind {
             EventType::Added => now.then(|| self.encode_cached("ADDED", &ev.object)),
-            EventType::Deleted => (now || before).then(|| self.encode_cached("DELETED", &ev.object)),
+            EventType::Deleted => {
+                (now || before).then(|| self.encode_cached("DELETED", &ev.object))
+            }
             EventType::Modified => match (before, now) {
                 (true, true) => Some(self.encode_cached("MODIFIED", &ev.object)),
                 (false, true) => Some(self.encode_cached("ADDED", &ev.object)),
@@ -96,25 +105,54 @@ impl Ctx {
 }
 
 fn error_event(e: &ApiError) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    let mut line =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
 }
 
-pub async fn watch(api: &Api, res: Arc<Resource>, p: &ResourcePath, q: &Query, want: Want) -> Result<Reply, ApiError> {
+pub async fn watch(
+    api: &Api,
+    res: Arc<Resource>,
+    p: &ResourcePath,
+    q: &Query,
+    want: Want,
+) -> Result<Reply, ApiError> {
     let filter = Filter::parse(q)?;
-    let timeout = q.int("timeoutSeconds")?.filter(|t| *t > 0).map(|t| Duration::from_secs(t as u64));
+    let timeout = q
+        .int("timeoutSeconds")?
+        .filter(|t| *t > 0)
+        .map(|t| Duration::from_secs(t as u64));
     let rv = q.get("resourceVersion").unwrap_or("").to_string();
     let send_initial = q.get("sendInitialEvents") == Some("true");
     let prefix = res.list_prefix(p.namespace.as_deref());
-    let rc = api.cache.resource(&res.prefix).cloned().ok_or_else(|| ApiError::internal("no cache"))?;
-    let ctx = Ctx { res: res.clone(), filter, prefix: prefix.clone(), want, query: q.clone(), bookmarks: q.flag("allowWatchBookmarks") };
+    let rc = api
+        .cache
+        .resource(&res.prefix)
+        .cloned()
+        .ok_or_else(|| ApiError::internal("no cache"))?;
+    let ctx = Ctx {
+        res: res.clone(),
+        filter,
+        prefix: prefix.clone(),
+        want,
+        query: q.clone(),
+        bookmarks: q.flag("allowWatchBookmarks"),
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
 
     // Decide the starting point now, so that errors can still be a plain HTTP error.
     enum Start {
-        Snapshot(Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>, i64),
-        From(Vec<Arc<CacheEvent>>, broadcast::Receiver<Arc<CacheEvent>>, i64),
+        Snapshot(
+            Vec<Arc<CachedObject>>,
+            broadcast::Receiver<Arc<CacheEvent>>,
+            i64,
+        ),
+        From(
+            Vec<Arc<CacheEvent>>,
+            broadcast::Receiver<Arc<CacheEvent>>,
+            i64,
+        ),
         TooOld(i64),
     }
     let start = if rv.is_empty() || rv == "0" || send_initial {
@@ -126,8 +164,9 @@ pub async fn watch(api: &Api, res: Arc<Resource>, p: &ResourcePath, q: &Query, w
         let (items, live) = rc.snapshot_and_subscribe(&prefix);
         Start::Snapshot(items, live, api.cache.revision())
     } else {
-        let after: i64 =
-            rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+        let after: i64 = rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
         match rc.subscribe_from(after) {
             Ok(sub) => Start::From(sub.replay, sub.live, after),
             Err(_) => Start::TooOld(after),
@@ -143,11 +182,16 @@ pub async fn watch(api: &Api, res: Arc<Resource>, p: &ResourcePath, q: &Query, w
             }
             Start::Snapshot(items, live, rev) => {
                 for o in items {
-                    if ctx.filter.matches(&ctx.res, &o.value) && tx.send(ctx.encode_cached("ADDED", &o)).await.is_err() {
+                    if ctx.filter.matches(&ctx.res, &o.value)
+                        && tx.send(ctx.encode_cached("ADDED", &o)).await.is_err()
+                    {
                         return;
                     }
                 }
-                if send_initial && ctx.bookmarks && tx.send(ctx.initial_end_bookmark(rev)).await.is_err() {
+                if send_initial
+                    && ctx.bookmarks
+                    && tx.send(ctx.initial_end_bookmark(rev)).await.is_err()
+                {
                     return;
                 }
                 (live, rev)

@@ -9,7 +9,11 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
-#[command(name = "ferry", version, about = "Kubernetes service networking in one Rust program")]
+#[command(
+    name = "ferry",
+    version,
+    about = "Kubernetes service networking in one Rust program"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -47,12 +51,15 @@ struct ServerArgs {
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG").unwrap_or_else(|_| "info,hyper=warn,kube=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("FERRY_LOG")
+                .unwrap_or_else(|_| "info,hyper=warn,kube=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         match cli.command {
             Command::Up(a) => run_server(a, "up").await,
@@ -77,12 +84,17 @@ async fn shutdown_signal() {
 }
 
 async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
-    std::fs::create_dir_all(&a.data_dir).with_context(|| format!("creating {}", a.data_dir.display()))?;
+    std::fs::create_dir_all(&a.data_dir)
+        .with_context(|| format!("creating {}", a.data_dir.display()))?;
     let store = ferry_store::redb_store::RedbStore::open(&a.data_dir.join("store.redb"))
         .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
     let store: Arc<dyn ferry_store::Store> = Arc::new(store);
     let shutdown = CancellationToken::new();
-    ferry_store::spawn_compactor(store.clone(), std::time::Duration::from_secs(60), a.history_revisions);
+    ferry_store::spawn_compactor(
+        store.clone(),
+        std::time::Duration::from_secs(60),
+        a.history_revisions,
+    );
     let config = ferry_apiserver::Config {
         data_dir: a.data_dir.clone(),
         listen: a.listen_api,
@@ -91,7 +103,11 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
     };
     let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
     tracing::info!(mode, url = %running.url, kubeconfig = %running.kubeconfig.display(), "ferry is ready");
-    eprintln!("ferry {mode}: API server ready at {} (kubeconfig: {})", running.url, running.kubeconfig.display());
+    eprintln!(
+        "ferry {mode}: API server ready at {} (kubeconfig: {})",
+        running.url,
+        running.kubeconfig.display()
+    );
     shutdown_signal().await;
     tracing::info!("shutting down");
     shutdown.cancel();

@@ -18,7 +18,12 @@ fn apply_seed_manifests_then_configure() {
     for bin in kubectls() {
         let f = Ferry::start();
         let out = f.k_stdin(&bin, &["apply", "-f", "-"], SEED);
-        assert!(out.status.success(), "{bin} apply failed: {}\n{}", stderr(&out), f.log());
+        assert!(
+            out.status.success(),
+            "{bin} apply failed: {}\n{}",
+            stderr(&out),
+            f.log()
+        );
         let text = stdout(&out);
         for what in [
             "service/hostnames created",
@@ -35,12 +40,24 @@ fn apply_seed_manifests_then_configure() {
         // Unchanged.
         let out = f.k_stdin(&bin, &["apply", "-f", "-"], SEED);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(stdout(&out).contains("service/hostnames unchanged"), "{}", stdout(&out));
+        assert!(
+            stdout(&out).contains("service/hostnames unchanged"),
+            "{}",
+            stdout(&out)
+        );
         // Change the Service port 80 -> 81.
-        let changed = SEED.replacen("      port: 80\n      targetPort: 9376", "      port: 81\n      targetPort: 9376", 1);
+        let changed = SEED.replacen(
+            "      port: 80\n      targetPort: 9376",
+            "      port: 81\n      targetPort: 9376",
+            1,
+        );
         let out = f.k_stdin(&bin, &["apply", "-f", "-"], &changed);
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(stdout(&out).contains("service/hostnames configured"), "{}", stdout(&out));
+        assert!(
+            stdout(&out).contains("service/hostnames configured"),
+            "{}",
+            stdout(&out)
+        );
         let svc = json(&f.k(&bin, &["get", "svc", "hostnames", "-o", "json"]));
         let ports = svc["spec"]["ports"].as_array().expect("ports");
         assert_eq!(ports.len(), 1, "{svc}");
@@ -49,22 +66,38 @@ fn apply_seed_manifests_then_configure() {
         assert_eq!(ports[0]["name"], "default");
         assert_eq!(ports[0]["protocol"], "TCP");
         let raw = serde_json::to_string(&svc).expect("json");
-        assert!(!raw.contains("$patch") && !raw.contains("$setElementOrder"), "directive leaked: {raw}");
-        let last = svc["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].as_str().expect("annotation");
+        assert!(
+            !raw.contains("$patch") && !raw.contains("$setElementOrder"),
+            "directive leaked: {raw}"
+        );
+        let last =
+            svc["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                .as_str()
+                .expect("annotation");
         assert!(last.contains("\"port\":81"), "{last}");
         // Server-side apply.
         let ssa = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa-cm\ndata:\n  a: \"1\"\n";
         let out = f.k_stdin(&bin, &["apply", "--server-side", "-f", "-"], ssa);
         assert!(out.status.success(), "{bin} ssa: {}", stderr(&out));
-        assert!(stdout(&out).contains("serverside-applied"), "{}", stdout(&out));
+        assert!(
+            stdout(&out).contains("serverside-applied"),
+            "{}",
+            stdout(&out)
+        );
         let mut args = vec!["get", "cm", "ssa-cm", "-o", "json"];
         if !is_120(&bin) {
             args.push("--show-managed-fields");
         }
         let cm = json(&f.k(&bin, &args));
         assert_eq!(cm["data"]["a"], "1");
-        let mf = cm["metadata"]["managedFields"].as_array().expect("managedFields");
-        assert!(mf.iter().any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"), "{cm}");
+        let mf = cm["metadata"]["managedFields"]
+            .as_array()
+            .expect("managedFields");
+        assert!(
+            mf.iter()
+                .any(|m| m["manager"] == "kubectl" && m["operation"] == "Apply"),
+            "{cm}"
+        );
     }
 }
 
@@ -78,7 +111,8 @@ fn create_twice_is_already_exists() {
         let out = f.k_stdin(&bin, &["create", "-f", "-"], m);
         assert!(!out.status.success());
         assert!(
-            stderr(&out).contains("Error from server (AlreadyExists)") && stderr(&out).contains("services \"webc\" already exists"),
+            stderr(&out).contains("Error from server (AlreadyExists)")
+                && stderr(&out).contains("services \"webc\" already exists"),
             "{bin}: {}",
             stderr(&out)
         );
@@ -93,33 +127,102 @@ fn get_output_formats() {
         assert!(out.status.success(), "{}", stderr(&out));
         let t = f.k(&bin, &["get", "svc"]);
         let header = t.lines().next().unwrap_or("");
-        for col in ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"] {
+        for col in [
+            "NAME",
+            "TYPE",
+            "CLUSTER-IP",
+            "EXTERNAL-IP",
+            "PORT(S)",
+            "AGE",
+        ] {
             assert!(header.contains(col), "{bin}: {header}");
         }
         assert!(t.contains("hostnames") && t.contains("80/TCP"), "{t}");
         let wide = f.k(&bin, &["get", "svc", "-o", "wide"]);
-        assert!(wide.lines().next().unwrap_or("").contains("SELECTOR") && wide.contains("app=hostnames"), "{wide}");
+        assert!(
+            wide.lines().next().unwrap_or("").contains("SELECTOR")
+                && wide.contains("app=hostnames"),
+            "{wide}"
+        );
         let all = f.k(&bin, &["get", "svc", "-A"]);
-        assert!(all.lines().next().unwrap_or("").starts_with("NAMESPACE") && all.contains("default "), "{all}");
+        assert!(
+            all.lines().next().unwrap_or("").starts_with("NAMESPACE") && all.contains("default "),
+            "{all}"
+        );
         let y = f.k(&bin, &["get", "svc", "hostnames", "-o", "yaml"]);
-        assert!(y.contains("kind: Service") && y.contains("targetPort: 9376"), "{y}");
+        assert!(
+            y.contains("kind: Service") && y.contains("targetPort: 9376"),
+            "{y}"
+        );
         let names = f.k(&bin, &["get", "svc", "-o", "name"]);
-        assert!(names.contains("service/hostnames") && names.contains("service/my-service"), "{names}");
-        let jp = f.k(&bin, &["get", "svc", "hostnames", "-o", "jsonpath={.spec.ports[0].targetPort}"]);
+        assert!(
+            names.contains("service/hostnames") && names.contains("service/my-service"),
+            "{names}"
+        );
+        let jp = f.k(
+            &bin,
+            &[
+                "get",
+                "svc",
+                "hostnames",
+                "-o",
+                "jsonpath={.spec.ports[0].targetPort}",
+            ],
+        );
         assert_eq!(jp.trim(), "9376");
-        let l = f.k(&bin, &["get", "pods", "-l", "app.kubernetes.io/name=proxy", "-o", "name"]);
+        let l = f.k(
+            &bin,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=proxy",
+                "-o",
+                "name",
+            ],
+        );
         assert_eq!(l.trim(), "pod/nginx");
-        let l = f.k(&bin, &["get", "pods", "-l", "app.kubernetes.io/name!=proxy", "-o", "name"]);
+        let l = f.k(
+            &bin,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name!=proxy",
+                "-o",
+                "name",
+            ],
+        );
         assert_eq!(l.trim(), "");
-        let fs = f.k(&bin, &["get", "svc", "--field-selector", "metadata.name=my-service", "-o", "name"]);
+        let fs = f.k(
+            &bin,
+            &[
+                "get",
+                "svc",
+                "--field-selector",
+                "metadata.name=my-service",
+                "-o",
+                "name",
+            ],
+        );
         assert_eq!(fs.trim(), "service/my-service");
-        let sorted = f.k(&bin, &["get", "svc", "--sort-by=.metadata.name", "-o", "name"]);
+        let sorted = f.k(
+            &bin,
+            &["get", "svc", "--sort-by=.metadata.name", "-o", "name"],
+        );
         let order: Vec<&str> = sorted.lines().collect();
-        assert_eq!(order, vec!["service/hostnames", "service/my-service"], "{sorted}");
+        assert_eq!(
+            order,
+            vec!["service/hostnames", "service/my-service"],
+            "{sorted}"
+        );
         let labels = f.k(&bin, &["get", "pods", "--show-labels"]);
         assert!(labels.contains("app.kubernetes.io/name=proxy"), "{labels}");
         let d = f.k(&bin, &["describe", "svc", "hostnames"]);
-        assert!(d.contains("Name:") && d.contains("hostnames") && d.contains("Selector:"), "{d}");
+        assert!(
+            d.contains("Name:") && d.contains("hostnames") && d.contains("Selector:"),
+            "{d}"
+        );
         let out = f.k(&bin, &["label", "svc", "hostnames", "tier=fe"]);
         assert!(out.contains("labeled"), "{out}");
         let lab = json(&f.k(&bin, &["get", "svc", "hostnames", "-o", "json"]));
@@ -136,18 +239,32 @@ fn delete_with_each_cascade() {
         let f = Ferry::start();
         for (i, cascade) in ["background", "foreground", "orphan"].iter().enumerate() {
             let name = format!("del{i}");
-            let m = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n");
+            let m = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: b\n"
+            );
             let out = f.k_stdin(&bin, &["create", "-f", "-"], &m);
             assert!(out.status.success(), "{}", stderr(&out));
             let arg = format!("--cascade={cascade}");
             let out = f.kubectl_with(&bin, &["delete", "cm", &name, &arg, "--timeout=20s"], None);
-            assert!(out.status.success(), "{bin} {cascade}: {}\n{}", stderr(&out), f.log());
+            assert!(
+                out.status.success(),
+                "{bin} {cascade}: {}\n{}",
+                stderr(&out),
+                f.log()
+            );
             assert!(stdout(&out).contains("deleted"), "{}", stdout(&out));
             let out = f.kubectl_with(&bin, &["get", "cm", &name], None);
-            assert!(!out.status.success(), "{bin}: {name} still there after {cascade}");
+            assert!(
+                !out.status.success(),
+                "{bin}: {name} still there after {cascade}"
+            );
         }
         // A foreground delete waits for a dependent, then completes when it is gone.
-        let owner = f.k_stdin(&bin, &["create", "-f", "-", "-o", "json"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n");
+        let owner = f.k_stdin(
+            &bin,
+            &["create", "-f", "-", "-o", "json"],
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owner\n",
+        );
         assert!(owner.status.success(), "{}", stderr(&owner));
         let owner = json(&stdout(&owner));
         let uid = owner["metadata"]["uid"].as_str().expect("uid").to_string();
@@ -156,10 +273,30 @@ fn delete_with_each_cascade() {
         );
         let out = f.k_stdin(&bin, &["create", "-f", "-"], &dep);
         assert!(out.status.success(), "{}", stderr(&out));
-        let out = f.kubectl_with(&bin, &["delete", "cm", "owner", "--cascade=foreground", "--timeout=30s"], None);
+        let out = f.kubectl_with(
+            &bin,
+            &[
+                "delete",
+                "cm",
+                "owner",
+                "--cascade=foreground",
+                "--timeout=30s",
+            ],
+            None,
+        );
         assert!(out.status.success(), "{}", stderr(&out));
-        assert!(!f.kubectl_with(&bin, &["get", "cm", "dependent"], None).status.success(), "dependent survived");
-        assert!(!f.kubectl_with(&bin, &["get", "cm", "owner"], None).status.success(), "owner survived");
+        assert!(
+            !f.kubectl_with(&bin, &["get", "cm", "dependent"], None)
+                .status
+                .success(),
+            "dependent survived"
+        );
+        assert!(
+            !f.kubectl_with(&bin, &["get", "cm", "owner"], None)
+                .status
+                .success(),
+            "owner survived"
+        );
     }
 }
 
@@ -172,13 +309,22 @@ fn watch_and_wait() {
         .env("KUBECONFIG", &kc)
         .args(["--cache-dir"])
         .arg(&cache)
-        .args(["get", "cm", "-w", "--output-watch-events", "--request-timeout=30s"])
+        .args([
+            "get",
+            "cm",
+            "-w",
+            "--output-watch-events",
+            "--request-timeout=30s",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("kubectl -w");
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    f.k("kubectl", &["create", "configmap", "w1", "--from-literal=a=b"]);
+    f.k(
+        "kubectl",
+        &["create", "configmap", "w1", "--from-literal=a=b"],
+    );
     f.k("kubectl", &["label", "cm", "w1", "x=y"]);
     f.k("kubectl", &["delete", "cm", "w1"]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
@@ -186,7 +332,11 @@ fn watch_and_wait() {
     let out = child.wait_with_output().expect("output");
     let text = stdout(&out);
     for ev in ["ADDED", "MODIFIED", "DELETED"] {
-        assert!(text.contains(ev), "missing {ev} in:\n{text}\n{}", stderr(&out));
+        assert!(
+            text.contains(ev),
+            "missing {ev} in:\n{text}\n{}",
+            stderr(&out)
+        );
     }
     // wait --for=condition on a pod whose status is patched later.
     f.k_stdin("kubectl", &["create", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata:\n  name: slow\nspec:\n  containers:\n  - name: c\n    image: busybox\n");
@@ -200,7 +350,18 @@ fn watch_and_wait() {
     });
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let patch = r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#;
-    f.k("kubectl", &["patch", "pod", "slow", "--subresource=status", "--type=merge", "-p", patch]);
+    f.k(
+        "kubectl",
+        &[
+            "patch",
+            "pod",
+            "slow",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        ],
+    );
     let out = waiter.join().expect("join");
     assert!(out.status.success(), "wait failed: {}", stderr(&out));
     assert!(stdout(&out).contains("condition met"), "{}", stdout(&out));
@@ -212,10 +373,20 @@ fn explain_and_api_resources() {
     let ex = f.k("kubectl", &["explain", "service.spec.ports"]);
     assert!(ex.contains("targetPort") && ex.contains("FIELDS"), "{ex}");
     let ar = f.k("kubectl", &["api-resources"]);
-    for line in ["services", "endpointslices", "deployments", "networkpolicies", "leases"] {
+    for line in [
+        "services",
+        "endpointslices",
+        "deployments",
+        "networkpolicies",
+        "leases",
+    ] {
         assert!(ar.contains(line), "{ar}");
     }
-    assert!(ar.lines().any(|l| l.starts_with("services") && l.contains("svc") && l.contains("Service")), "{ar}");
+    assert!(
+        ar.lines()
+            .any(|l| l.starts_with("services") && l.contains("svc") && l.contains("Service")),
+        "{ar}"
+    );
     for bin in kubectls().iter().filter(|b| is_120(b)) {
         let ar = f.k(bin, &["api-resources"]);
         assert!(ar.contains("services"), "{ar}");
@@ -227,10 +398,26 @@ fn invalid_services_are_rejected_with_causes() {
     let f = Ferry::start();
     let cases = [
         ("port0", "  ports:\n  - port: 0\n", "spec.ports[0].port"),
-        ("port70000", "  ports:\n  - port: 70000\n", "spec.ports[0].port"),
-        ("dupnames", "  ports:\n  - name: a\n    port: 80\n  - name: a\n    port: 81\n", "spec.ports[1].name"),
-        ("unknowntype", "  type: Bogus\n  ports:\n  - port: 80\n", "spec.type"),
-        ("headlessnodeport", "  type: NodePort\n  clusterIP: None\n  ports:\n  - port: 80\n", "spec.clusterIP"),
+        (
+            "port70000",
+            "  ports:\n  - port: 70000\n",
+            "spec.ports[0].port",
+        ),
+        (
+            "dupnames",
+            "  ports:\n  - name: a\n    port: 80\n  - name: a\n    port: 81\n",
+            "spec.ports[1].name",
+        ),
+        (
+            "unknowntype",
+            "  type: Bogus\n  ports:\n  - port: 80\n",
+            "spec.type",
+        ),
+        (
+            "headlessnodeport",
+            "  type: NodePort\n  clusterIP: None\n  ports:\n  - port: 80\n",
+            "spec.clusterIP",
+        ),
         ("noports", "  selector:\n    a: b\n", "spec.ports"),
     ];
     for (name, spec, field) in cases {
@@ -239,7 +426,10 @@ fn invalid_services_are_rejected_with_causes() {
         assert!(!out.status.success(), "{name} was accepted");
         let e = stderr(&out);
         assert!(e.contains("is invalid") && e.contains(field), "{name}: {e}");
-        assert!(!f.kubectl(&["get", "svc", name]).status.success(), "{name} was stored");
+        assert!(
+            !f.kubectl(&["get", "svc", name]).status.success(),
+            "{name} was stored"
+        );
     }
     let m = "apiVersion: v1\nkind: Service\nmetadata:\n  name: Bad_Name\nspec:\n  ports:\n  - port: 80\n";
     let out = f.k_stdin("kubectl", &["create", "-f", "-"], m);
@@ -254,9 +444,24 @@ fn invalid_services_are_rejected_with_causes() {
 fn typed_create_generators_send_protobuf() {
     let f = Ferry::start();
     f.k("kubectl", &["create", "namespace", "pbns"]);
-    f.k("kubectl", &["create", "configmap", "pbcm", "--from-literal=k=v"]);
-    f.k("kubectl", &["create", "service", "clusterip", "pbsvc", "--tcp=80:8080"]);
-    f.k("kubectl", &["create", "deployment", "pbdep", "--image=nginx", "--replicas=2"]);
+    f.k(
+        "kubectl",
+        &["create", "configmap", "pbcm", "--from-literal=k=v"],
+    );
+    f.k(
+        "kubectl",
+        &["create", "service", "clusterip", "pbsvc", "--tcp=80:8080"],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "deployment",
+            "pbdep",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
     let cm = json(&f.k("kubectl", &["get", "cm", "pbcm", "-o", "json"]));
     assert_eq!(cm["data"]["k"], "v");
     let svc = json(&f.k("kubectl", &["get", "svc", "pbsvc", "-o", "json"]));
@@ -265,6 +470,12 @@ fn typed_create_generators_send_protobuf() {
     let dep = json(&f.k("kubectl", &["get", "deploy", "pbdep", "-o", "json"]));
     assert_eq!(dep["spec"]["replicas"], 2);
     let ns = json(&f.k("kubectl", &["get", "ns", "pbns", "-o", "json"]));
-    assert_eq!(ns["metadata"]["labels"]["kubernetes.io/metadata.name"], "pbns");
-    assert!(eventually(5, || f.kubectl(&["get", "ns", "pbns"]).status.success()));
+    assert_eq!(
+        ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+        "pbns"
+    );
+    assert!(eventually(5, || f
+        .kubectl(&["get", "ns", "pbns"])
+        .status
+        .success()));
 }

@@ -48,7 +48,11 @@ fn acknowledged_creates_survive_kill9() {
     reader.join().expect("reader");
     let acked = acked.lock().expect("lock").clone();
     assert!(acked.len() < 2000, "the stream finished before the kill");
-    assert!(!acked.is_empty(), "no create was acknowledged in {:?}", start.elapsed());
+    assert!(
+        !acked.is_empty(),
+        "no create was acknowledged in {:?}",
+        start.elapsed()
+    );
     f.restart();
     let list = json(&f.k("kubectl", &["get", "cm", "-o", "json"]));
     let names: std::collections::HashSet<String> = list["items"]
@@ -58,13 +62,22 @@ fn acknowledged_creates_survive_kill9() {
         .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
         .collect();
     let missing: Vec<&String> = acked.iter().filter(|n| !names.contains(*n)).collect();
-    assert!(missing.is_empty(), "{} of {} acknowledged creates lost: {:?}", missing.len(), acked.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged creates lost: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
 }
 
 #[test]
 fn restart_keeps_objects_and_sigterm_is_clean() {
     let mut f = Ferry::start();
-    f.k("kubectl", &["create", "configmap", "keep", "--from-literal=a=b"]);
+    f.k(
+        "kubectl",
+        &["create", "configmap", "keep", "--from-literal=a=b"],
+    );
     let status = f.stop();
     assert!(status.success(), "SIGTERM exit: {status}\n{}", f.log());
     f.restart();
@@ -79,7 +92,11 @@ fn restart_keeps_objects_and_sigterm_is_clean() {
 fn unauthenticated_requests_get_401() {
     let f = Ferry::start();
     let kc = std::fs::read_to_string(&f.kubeconfig).expect("kubeconfig");
-    let server = kc.lines().find_map(|l| l.trim().strip_prefix("server: ")).expect("server").to_string();
+    let server = kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server")
+        .to_string();
     let script = format!(
         "import ssl,urllib.request,urllib.error\nctx=ssl.create_default_context();ctx.check_hostname=False;ctx.verify_mode=ssl.CERT_NONE\n\
 try:\n  urllib.request.urlopen('{server}/api/v1/namespaces',context=ctx)\n  print('200')\nexcept urllib.error.HTTPError as e:\n  print(e.code)\n\

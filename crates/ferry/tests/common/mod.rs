@@ -50,7 +50,12 @@ impl Ferry {
         let mut child = spawn(dir.path());
         wait_ready(dir.path(), &mut child);
         let kubeconfig = dir.path().join("kubeconfig");
-        Ferry { child: Some(child), dir, kubeconfig, cache: tempfile::tempdir().expect("tempdir") }
+        Ferry {
+            child: Some(child),
+            dir,
+            kubeconfig,
+            cache: tempfile::tempdir().expect("tempdir"),
+        }
     }
 
     /// Kills the process with SIGKILL (no shutdown path runs).
