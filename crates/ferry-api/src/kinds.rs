@@ -273,6 +273,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
 
+#[allow(clippy::vec_init_then_push)]
 fn build() -> Vec<Box<dyn Strategy>> {
     let mut v: Vec<Box<dyn Strategy>> = Vec::new();
     register!(v, core::Namespace, namespace, {

@@ -1400,14 +1400,14 @@ impl DeleteOptions {
             .filter(|s| !s.is_empty())
             .map(String::from);
         o.grace_period = q.int("gracePeriodSeconds")?;
-        if let Some(orphan) = q.get("orphanDependents") {
-            if o.propagation.is_none() {
-                o.propagation = Some(if orphan == "true" {
-                    "Orphan".into()
-                } else {
-                    "Background".into()
-                });
-            }
+        if let Some(orphan) = q.get("orphanDependents")
+            && o.propagation.is_none()
+        {
+            o.propagation = Some(if orphan == "true" {
+                "Orphan".into()
+            } else {
+                "Background".into()
+            });
         }
         if let Some(b) = body.filter(|b| b.is_object()) {
             if let Some(p) = b.get("propagationPolicy").and_then(Value::as_str) {

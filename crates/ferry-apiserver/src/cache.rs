@@ -119,6 +119,10 @@ impl ResourceCache {
         st.items.get(key).cloned()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn len(&self) -> usize {
         self.state
             .read()
