@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! * `kv`: key -> `create_revision | mod_revision | value` (the current state).
-//! * `log`: revision -> event (see [`crate::codec`]), including the previous value of updates
+//! * `log`: revision -> event (encoded by the private `codec` module), including the previous value of updates
 //!   and deletes. `watch` replays it and `range` at an old revision undoes it.
 //! * `meta`: `"revision"` (last written revision) and `"compacted"` (log entries at or below it
 //!   are gone).
@@ -32,6 +32,15 @@
 //! `> S`, so there is neither a gap nor a duplicate between replay and live phases. A watcher
 //! that falls more than [`RedbOptions::watch_buffer`] batches behind gets
 //! [`StoreError::WatchLagged`] as its last item.
+//!
+//! # Compaction
+//!
+//! `compact(rev)` deletes the log entries at or below `rev` and persists `rev` as the compacted
+//! revision. Afterwards `watch(prefix, after)` needs `after >= rev` and `range` at a revision
+//! needs `revision >= rev`; older ones get [`StoreError::Compacted`]. Compacting at or below
+//! the compacted revision is a no-op, above the current revision is
+//! [`StoreError::FutureRevision`]. (etcd also accepts a watch from `after == rev - 1`; callers
+//! should not rely on that edge.) [`crate::spawn_compactor`] runs it periodically.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
@@ -155,8 +164,9 @@ impl RedbStore {
     /// existing directory, the file [`DEFAULT_FILE_NAME`] inside it is used; otherwise `path` is
     /// the database file and missing parent directories are created.
     ///
-    /// Must be called inside a Tokio runtime only for the watch/compactor helpers; the writer
-    /// is a plain thread.
+    /// Opening needs no Tokio runtime (the writer is a plain thread), but `range` and `watch`
+    /// use `tokio::task::spawn_blocking` and so must run inside one. A file can be open only
+    /// once at a time (see [`RedbStore::close`]).
     pub fn open(path: &Path) -> Result<RedbStore> {
         Self::open_with(path, RedbOptions::default())
     }
