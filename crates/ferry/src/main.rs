@@ -43,6 +43,15 @@ struct ServerArgs {
     /// Extra DNS names or IPs for the API server's certificate (repeatable).
     #[arg(long = "tls-san")]
     tls_san: Vec<String>,
+    /// `ferry up` only: where cluster DNS listens (UDP and TCP); `off` disables it.
+    #[arg(long, default_value = "127.0.0.1:1053")]
+    listen_dns: String,
+    /// `ferry up` only: where cluster DNS serves /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "127.0.0.1:9153")]
+    dns_metrics_listen: SocketAddr,
+    /// `ferry up` only: forwarders for non-cluster names (default: the host's resolv.conf).
+    #[arg(long, value_delimiter = ',')]
+    dns_upstream: Vec<SocketAddr>,
     /// Keep this many revisions of history for watches (older ones are compacted).
     #[arg(long, default_value_t = 100_000)]
     history_revisions: i64,
@@ -67,6 +76,47 @@ fn main() -> Result<()> {
             Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
         }
     })
+}
+
+/// Cluster DNS inside `ferry up`, as an ordinary client of the API server just started.
+fn start_dns(
+    a: &ServerArgs,
+    kubeconfig: &std::path::Path,
+    shutdown: &CancellationToken,
+) -> Result<()> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        dns: ferry_dns::DnsArgs,
+    }
+    let mut argv: Vec<String> = vec![
+        "dns".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--listen".into(),
+        a.listen_dns.clone(),
+        "--metrics-listen".into(),
+        a.dns_metrics_listen.to_string(),
+    ];
+    if !a.dns_upstream.is_empty() {
+        argv.push("--upstream".into());
+        argv.push(
+            a.dns_upstream
+                .iter()
+                .map(|u| u.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    let args = Wrap::try_parse_from(argv).context("DNS arguments")?.dns;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_dns::run(args, stop.cancelled_owned()).await {
+            tracing::error!("cluster DNS stopped: {e:#}");
+        }
+    });
+    eprintln!("ferry up: cluster DNS on {} (UDP and TCP)", a.listen_dns);
+    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -21,7 +21,14 @@ fn spawn(dir: &Path) -> Child {
     Command::new(ferry_bin())
         .args(["up", "--data-dir"])
         .arg(dir)
-        .args(["--listen-api", "127.0.0.1:0"])
+        .args([
+            "--listen-api",
+            "127.0.0.1:0",
+            "--listen-dns",
+            "127.0.0.1:0",
+            "--dns-metrics-listen",
+            "127.0.0.1:0",
+        ])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
