@@ -158,6 +158,9 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         running.url,
         running.kubeconfig.display()
     );
+    if mode == "up" && a.listen_dns != "off" {
+        start_dns(&a, &running.kubeconfig, &shutdown)?;
+    }
     shutdown_signal().await;
     tracing::info!("shutting down");
     shutdown.cancel();
