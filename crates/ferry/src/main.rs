@@ -27,6 +27,12 @@ enum Command {
     Apiserver(ServerArgs),
     /// Run the cluster DNS server against a Kubernetes API server.
     Dns(ferry_dns::DnsArgs),
+    /// Run the controllers (addresses, endpoints, lifecycle, IPAM) against an API server.
+    Controllers(ferry_controllers::ControllersArgs),
+    /// Run the node agent (registers a Node, runs its pods).
+    Agent(ferry_node::AgentArgs),
+    /// Run the service proxy.
+    Proxy(ferry_proxy::ProxyArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -52,6 +58,10 @@ struct ServerArgs {
     /// `ferry up` only: forwarders for non-cluster names (default: the host's resolv.conf).
     #[arg(long, value_delimiter = ',')]
     dns_upstream: Vec<SocketAddr>,
+    /// `ferry up` only: a flag passed to the controllers (repeatable), e.g.
+    /// `--controllers-arg=--max-endpoints-per-slice=500`.
+    #[arg(long = "controllers-arg", allow_hyphen_values = true)]
+    controllers_arg: Vec<String>,
     /// Keep this many revisions of history for watches (older ones are compacted).
     #[arg(long, default_value_t = 100_000)]
     history_revisions: i64,
@@ -74,8 +84,41 @@ fn main() -> Result<()> {
             Command::Up(a) => run_server(a, "up").await,
             Command::Apiserver(a) => run_server(a, "apiserver").await,
             Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
+            Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
+            Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
+            Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
         }
     })
+}
+
+/// The controllers inside `ferry up`, as ordinary clients of the API server just started.
+/// `extra` are `ferry controllers` flags passed through (`--controllers-arg=--flag=value`).
+fn start_controllers(
+    kubeconfig: &std::path::Path,
+    shutdown: &CancellationToken,
+    extra: &[String],
+) -> Result<()> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        c: ferry_controllers::ControllersArgs,
+    }
+    let mut argv: Vec<String> = vec![
+        "controllers".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ];
+    argv.extend(extra.iter().cloned());
+    let args = Wrap::try_parse_from(argv)
+        .context("controller arguments")?
+        .c;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_controllers::run(args, stop.cancelled_owned()).await {
+            tracing::error!("controllers stopped: {e:#}");
+        }
+    });
+    Ok(())
 }
 
 /// Cluster DNS inside `ferry up`, as an ordinary client of the API server just started.
@@ -158,8 +201,11 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         running.url,
         running.kubeconfig.display()
     );
-    if mode == "up" && a.listen_dns != "off" {
-        start_dns(&a, &running.kubeconfig, &shutdown)?;
+    if mode == "up" {
+        start_controllers(&running.kubeconfig, &shutdown, &a.controllers_arg)?;
+        if a.listen_dns != "off" {
+            start_dns(&a, &running.kubeconfig, &shutdown)?;
+        }
     }
     shutdown_signal().await;
     tracing::info!("shutting down");

@@ -1,0 +1,66 @@
+//! Ferry's controllers, as ordinary Kubernetes API clients (kube-rs): they run against Ferry's
+//! API server or any kube-apiserver, under leader election through a `coordination.k8s.io/v1`
+//! Lease, as kube-controller-manager does.
+
+pub mod leader;
+pub mod lifecycle;
+pub mod services;
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+/// Flags of `ferry controllers` (and of the controllers inside `ferry up`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllersArgs {
+    /// The kubeconfig to reach the API server (default: `$KUBECONFIG`, then in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub leader: leader::LeaderArgs,
+    #[command(flatten)]
+    pub services: services::ServiceArgs,
+    #[command(flatten)]
+    pub lifecycle: lifecycle::LifecycleArgs,
+}
+
+/// A kube client from the kubeconfig flag.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Runs every controller until `shutdown` completes; only while this process holds the lease.
+pub async fn run(
+    args: ControllersArgs,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let client = client(args.kubeconfig.as_deref()).await?;
+    let work_client = client.clone();
+    let a = args.clone();
+    leader::run_elected(
+        client,
+        args.leader.clone(),
+        move |stop| {
+            let client = work_client.clone();
+            let a = a.clone();
+            async move {
+                let (s, l) = tokio::join!(
+                    services::run(client.clone(), a.services.clone(), stop.clone()),
+                    lifecycle::run(client, a.lifecycle.clone(), stop)
+                );
+                s.and(l)
+            }
+        },
+        shutdown,
+    )
+    .await
+}
