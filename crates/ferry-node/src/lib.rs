@@ -1,4 +1,10 @@
-//! `ferry agent`: registers a Node and runs the pods bound to it (issue 7). STUB.
+//! `ferry agent`: registers a Node and runs the pods bound to it (issue 7).
+
+pub mod dns;
+pub mod envvars;
+pub mod images;
+pub mod network;
+pub mod podstate;
 
 use std::future::Future;
 

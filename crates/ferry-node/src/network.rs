@@ -1,0 +1,251 @@
+//! The pod network. [`PodNetwork`] is the interface a mode implements; this issue ships the
+//! loopback mode: a pod gets an address from its node's pod CIDR, and because `ferry up`'s
+//! defaults put pod and service ranges inside 127.0.0.0/8 (pods `127.100.0.0/16`, one /24 per
+//! node; services `127.96.0.0/16`), every such address is already local on Linux and nothing
+//! on the machine's network changes. A network-namespace mode implements the same trait.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Mutex;
+
+use ipnet::IpNet;
+
+/// Default pod CIDR of a node in loopback mode when the Node has no `spec.podCIDR`.
+pub const DEFAULT_LOOPBACK_POD_CIDR: &str = "127.100.0.0/24";
+/// Suggested cluster-wide ranges for `ferry up` in loopback mode.
+pub const LOOPBACK_CLUSTER_CIDR: &str = "127.100.0.0/16";
+pub const LOOPBACK_SERVICE_CIDR: &str = "127.96.0.0/16";
+
+/// Pure allocator of pod addresses from a CIDR: skips the network address, the first host
+/// (reserved as a gateway for netns modes) and the broadcast address; hands addresses out
+/// round-robin after the last one given (as CNI host-local does) so a freed address is not
+/// reused at once.
+#[derive(Debug, Clone)]
+pub struct IpAllocator {
+    cidr: IpNet,
+    used: BTreeSet<IpAddr>,
+    last: Option<u128>,
+}
+
+fn to_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v) => u32::from(v) as u128,
+        IpAddr::V6(v) => u128::from(v),
+    }
+}
+
+fn from_u128(v4: bool, n: u128) -> IpAddr {
+    if v4 {
+        IpAddr::V4(Ipv4Addr::from(n as u32))
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::from(n))
+    }
+}
+
+impl IpAllocator {
+    pub fn new(cidr: IpNet) -> IpAllocator {
+        IpAllocator {
+            cidr: cidr.trunc(),
+            used: BTreeSet::new(),
+            last: None,
+        }
+    }
+
+    pub fn cidr(&self) -> IpNet {
+        self.cidr
+    }
+
+    fn range(&self) -> (u128, u128) {
+        let first = to_u128(self.cidr.network()) + 2;
+        let last = match self.cidr {
+            IpNet::V4(_) => to_u128(self.cidr.broadcast()).saturating_sub(1),
+            IpNet::V6(_) => to_u128(self.cidr.broadcast()),
+        };
+        (first, last)
+    }
+
+    /// Marks an address in use (e.g. recovered from a running pod's status).
+    pub fn reserve(&mut self, ip: IpAddr) -> bool {
+        if !self.cidr.contains(&ip) {
+            return false;
+        }
+        self.used.insert(ip)
+    }
+
+    pub fn release(&mut self, ip: IpAddr) {
+        self.used.remove(&ip);
+    }
+
+    pub fn allocate(&mut self) -> Option<IpAddr> {
+        let (first, last) = self.range();
+        if first > last {
+            return None;
+        }
+        let size = last - first + 1;
+        let start = match self.last {
+            Some(l) if l >= first && l < last => l + 1,
+            _ => first,
+        };
+        let v4 = self.cidr.network().is_ipv4();
+        let mut n = start;
+        for _ in 0..size.min(1 << 20) {
+            let ip = from_u128(v4, n);
+            if !self.used.contains(&ip) {
+                self.used.insert(ip);
+                self.last = Some(n);
+                return Some(ip);
+            }
+            n = if n >= last { first } else { n + 1 };
+        }
+        None
+    }
+
+    pub fn in_use(&self) -> usize {
+        self.used.len()
+    }
+}
+
+/// What a pod network gives a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAddresses {
+    pub ips: Vec<IpAddr>,
+}
+
+/// A pod network mode.
+pub trait PodNetwork: Send + Sync {
+    /// Gives the pod (by uid) its addresses; idempotent for a uid already set up.
+    fn setup(&self, uid: &str, wanted: Option<IpAddr>) -> Result<PodAddresses, String>;
+    /// Frees what `setup` took.
+    fn teardown(&self, uid: &str);
+    /// A command prefix that runs a process inside the pod's network (empty: host network).
+    fn enter_prefix(&self, _uid: &str) -> Vec<String> {
+        Vec::new()
+    }
+    fn name(&self) -> &'static str;
+}
+
+/// Loopback mode: addresses from the node's pod CIDR, all local through `lo`.
+pub struct Loopback {
+    inner: Mutex<(IpAllocator, std::collections::HashMap<String, IpAddr>)>,
+}
+
+impl Loopback {
+    /// `cidr` must lie inside 127.0.0.0/8 (or be `::1/128`-like loopback) for the addresses to
+    /// be local without configuring anything.
+    pub fn new(cidr: IpNet) -> Result<Loopback, String> {
+        let lo: IpNet = "127.0.0.0/8".parse().map_err(|e| format!("{e}"))?;
+        if !lo.contains(&cidr) {
+            return Err(format!(
+                "loopback pod network needs a pod CIDR inside 127.0.0.0/8, got {cidr}"
+            ));
+        }
+        Ok(Loopback {
+            inner: Mutex::new((IpAllocator::new(cidr), Default::default())),
+        })
+    }
+}
+
+impl PodNetwork for Loopback {
+    fn setup(&self, uid: &str, wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+        let mut g = self.inner.lock().map_err(|_| "poisoned".to_string())?;
+        if let Some(ip) = g.1.get(uid) {
+            return Ok(PodAddresses { ips: vec![*ip] });
+        }
+        let ip = match wanted {
+            Some(ip) if g.0.reserve(ip) => ip,
+            _ => {
+                g.0.allocate()
+                    .ok_or_else(|| format!("no free pod address left in {}", g.0.cidr()))?
+            }
+        };
+        g.1.insert(uid.to_string(), ip);
+        Ok(PodAddresses { ips: vec![ip] })
+    }
+
+    fn teardown(&self, uid: &str) {
+        if let Ok(mut g) = self.inner.lock()
+            && let Some(ip) = g.1.remove(uid)
+        {
+            g.0.release(ip);
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "loopback"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
+    #[test]
+    fn allocation_table() {
+        let mut a = IpAllocator::new("127.100.3.0/29".parse().expect("cidr"));
+        // .0 network, .1 gateway, .7 broadcast are never handed out.
+        let got: Vec<IpAddr> = std::iter::from_fn(|| a.allocate()).collect();
+        let want: Vec<IpAddr> = [
+            "127.100.3.2",
+            "127.100.3.3",
+            "127.100.3.4",
+            "127.100.3.5",
+            "127.100.3.6",
+        ]
+        .iter()
+        .map(|s| ip(s))
+        .collect();
+        assert_eq!(got, want);
+        // Round-robin: a released address comes back only after the others.
+        a.release(ip("127.100.3.3"));
+        a.release(ip("127.100.3.5"));
+        assert_eq!(a.allocate(), Some(ip("127.100.3.3")));
+        assert_eq!(a.allocate(), Some(ip("127.100.3.5")));
+        assert_eq!(a.allocate(), None);
+        let mut b = IpAllocator::new("127.100.0.0/24".parse().expect("cidr"));
+        assert!(b.reserve(ip("127.100.0.2")));
+        assert!(!b.reserve(ip("127.101.0.2")));
+        assert_eq!(b.allocate(), Some(ip("127.100.0.3")));
+    }
+
+    #[test]
+    fn loopback_mode() {
+        assert!(Loopback::new("10.0.0.0/24".parse().expect("cidr")).is_err());
+        let l = Loopback::new("127.100.0.0/24".parse().expect("cidr")).expect("lo");
+        let a = l.setup("u1", None).expect("a");
+        assert_eq!(l.setup("u1", None).expect("again"), a);
+        let b = l.setup("u2", Some(ip("127.100.0.9"))).expect("b");
+        assert_eq!(b.ips, vec![ip("127.100.0.9")]);
+        // A wanted address already taken: a fresh one.
+        let c = l.setup("u3", Some(ip("127.100.0.9"))).expect("c");
+        assert_ne!(c.ips, b.ips);
+        l.teardown("u2");
+        assert!(l.setup("u4", Some(ip("127.100.0.9"))).is_ok());
+    }
+
+    proptest! {
+        #[test]
+        fn never_duplicates(ops in proptest::collection::vec(any::<bool>(), 1..200)) {
+            let mut a = IpAllocator::new("127.100.0.0/26".parse().expect("cidr"));
+            let mut held: Vec<IpAddr> = Vec::new();
+            for alloc in ops {
+                if alloc || held.is_empty() {
+                    if let Some(ip) = a.allocate() {
+                        prop_assert!(!held.contains(&ip));
+                        prop_assert!(a.cidr().contains(&ip));
+                        held.push(ip);
+                    } else {
+                        prop_assert_eq!(held.len(), 61);
+                    }
+                } else {
+                    let ip = held.remove(0);
+                    a.release(ip);
+                }
+            }
+        }
+    }
+}
