@@ -1,25 +1,360 @@
-//! `ferry agent`: registers a Node and runs the pods bound to it (issue 7).
+//! `ferry agent`: registers its Node (addresses, labels, capacity, Ready condition, a Lease in
+//! `kube-node-lease`) and runs the pods bound to it as processes (issue 7).
+//!
+//! Pure cores: [`dns`] (resolv.conf, hosts, hostname), [`envvars`] (service variables,
+//! downward API), [`podstate`] (phase, conditions, back-off, probes), [`network`] (pod IPs),
+//! [`images`] (built-in images). IO: [`runtime`] (processes), [`node`] (registration),
+//! [`server`] (the endpoint the API server proxies `pods/log` and `pods/exec` to).
 
 pub mod dns;
 pub mod envvars;
 pub mod images;
 pub mod network;
+pub mod node;
 pub mod podstate;
+pub mod runtime;
+pub mod server;
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
 
+/// Flags of `ferry agent` (and of the agent inside `ferry up`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct AgentArgs {
+    /// The kubeconfig to reach the API server (default: `$KUBECONFIG`, then in-cluster).
     #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<std::path::PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
+    /// Node name (default: the host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// `topology.kubernetes.io/zone` label.
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// `topology.kubernetes.io/region` label.
+    #[arg(long)]
+    pub region: Option<String>,
+    /// The node's InternalIP (also where the agent endpoint listens).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub node_ip: IpAddr,
+    /// Cluster DNS server address(es) for ClusterFirst pods (repeatable).
+    #[arg(long = "cluster-dns")]
+    pub cluster_dns: Vec<String>,
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Pod network mode: `loopback` (pod IPs inside 127.0.0.0/8, nothing configured).
+    #[arg(long, default_value = "loopback")]
+    pub pod_network: String,
+    /// Pod CIDR used when the Node has no `spec.podCIDR` (no node IPAM controller).
+    #[arg(long, default_value = network::DEFAULT_LOOPBACK_POD_CIDR)]
+    pub pod_cidr: ipnet::IpNet,
+    /// Where pod files (resolv.conf, hosts, logs) live.
+    #[arg(long, default_value = "/var/lib/ferry/agent")]
+    pub state_dir: PathBuf,
+    /// Port of the agent endpoint (kubelet's 10250; 0 picks a free one).
+    #[arg(long, default_value_t = 10250)]
+    pub port: u16,
+    /// Per-pod mount+UTS namespaces: `auto` (when root and `unshare` exists), `on`, `off`.
+    #[arg(long, default_value = "auto")]
+    pub isolation: String,
+    /// The program that serves built-in images, as a command prefix (default: this
+    /// executable with `builtin-image`).
+    #[arg(long)]
+    pub builtin_command: Option<String>,
+    /// First restart back-off delay (seconds), doubling to 300.
+    #[arg(long, default_value_t = 10)]
+    pub restart_backoff_seconds: u64,
+    /// Lease renew interval (seconds); the Node status is reported every 6 renewals.
+    #[arg(long, default_value_t = 10)]
+    pub heartbeat_seconds: u64,
+    /// Allocatable pods.
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u32,
+    /// Token callers of the endpoint must present (default: the kubeconfig's token).
+    #[arg(long, env = "FERRY_AGENT_TOKEN", hide_env_values = true)]
+    pub endpoint_token: Option<String>,
 }
 
+#[derive(clap::Parser)]
+struct Wrapper {
+    #[command(flatten)]
+    args: AgentArgs,
+}
+
+impl AgentArgs {
+    /// The defaults, as if no flag were given (for embedding and tests).
+    pub fn defaults() -> AgentArgs {
+        use clap::Parser;
+        Wrapper::parse_from(["ferry-agent"]).args
+    }
+}
+
+/// The host name (`/proc/sys/kernel/hostname`, then `$HOSTNAME`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_lowercase())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+fn have(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}
+
+/// The bearer token of the kubeconfig's current context, if it has one.
+fn kubeconfig_token(path: Option<&std::path::Path>) -> Option<String> {
+    let kc = match path {
+        Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
+        None => kube::config::Kubeconfig::read().ok()?,
+    };
+    let ctx_name = kc.current_context.clone()?;
+    let user = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == ctx_name)?
+        .context
+        .as_ref()?
+        .user
+        .clone()?;
+    let ai = kc
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)?
+        .auth_info
+        .clone()?;
+    let v = serde_json::to_value(&ai).ok()?;
+    v.get("token").and_then(|t| t.as_str()).map(str::to_string)
+}
+
+/// A running agent (for embedding and tests).
+pub struct Agent {
+    pub endpoint: SocketAddr,
+    pub node_name: String,
+    pub runtime: Arc<runtime::Runtime>,
+}
+
+/// Runs the agent until `shutdown` completes.
 pub async fn run(
-    _args: AgentArgs,
+    args: AgentArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    shutdown.await;
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        s.cancel();
+    });
+    let (_agent, done) = start(args, stop).await?;
+    done.await.ok();
     Ok(())
+}
+
+/// Starts the agent; the returned handle completes after `stop` is cancelled and every pod
+/// process is gone.
+pub async fn start(
+    args: AgentArgs,
+    stop: CancellationToken,
+) -> Result<(Agent, tokio::task::JoinHandle<()>)> {
+    let client = client(args.kubeconfig.as_deref()).await?;
+    let node_name = args.node_name.clone().unwrap_or_else(host_name);
+    let root = is_root();
+    let isolate = match args.isolation.as_str() {
+        "on" => true,
+        "off" => false,
+        _ => root && have("unshare") && have("nsenter"),
+    };
+    if !isolate {
+        tracing::warn!(
+            "agent: pods run without their own mount/UTS namespace (needs root and unshare): \
+             they see the host's /etc/resolv.conf, /etc/hosts and hostname"
+        );
+    }
+    let builtin: Vec<String> = match &args.builtin_command {
+        Some(c) => c.split_whitespace().map(str::to_string).collect(),
+        None => vec![
+            std::env::current_exe()?.display().to_string(),
+            "builtin-image".into(),
+        ],
+    };
+    if args.pod_network != "loopback" {
+        anyhow::bail!(
+            "pod network {:?} is not supported (only loopback)",
+            args.pod_network
+        );
+    }
+    tokio::fs::create_dir_all(&args.state_dir)
+        .await
+        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.node_ip, args.port))
+        .await
+        .with_context(|| format!("agent endpoint on {}:{}", args.node_ip, args.port))?;
+    let endpoint = listener.local_addr()?;
+    let facts = node::NodeFacts {
+        name: node_name.clone(),
+        ips: vec![args.node_ip],
+        zone: args.zone.clone(),
+        region: args.region.clone(),
+        port: endpoint.port(),
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get() as u64)
+            .unwrap_or(1),
+        memory_bytes: node::host_memory(),
+        max_pods: args.max_pods,
+        labels: Vec::new(),
+    };
+    let node_obj = node::register(&client, &facts).await?;
+    let pod_cidr = node_obj
+        .spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(args.pod_cidr);
+    let network: Arc<dyn network::PodNetwork> =
+        Arc::new(network::Loopback::new(pod_cidr).map_err(anyhow::Error::msg)?);
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let rt = Arc::new(runtime::Runtime {
+        client: client.clone(),
+        node_name: node_name.clone(),
+        node_ips: vec![args.node_ip],
+        network,
+        cluster_dns: dns::ClusterDns {
+            servers: args.cluster_dns.clone(),
+            domain: args.cluster_domain.clone(),
+            host: dns::ResolvConf::parse(&host_resolv),
+        },
+        state_dir: args.state_dir.clone(),
+        isolate,
+        builtin,
+        backoff: podstate::Backoff {
+            base: Duration::from_secs(args.restart_backoff_seconds.max(1)),
+            ..Default::default()
+        },
+        pods: Mutex::new(HashMap::new()),
+        shutting_down: Default::default(),
+    });
+    let token = args
+        .endpoint_token
+        .clone()
+        .or_else(|| kubeconfig_token(args.kubeconfig.as_deref()));
+    let ep = Arc::new(server::Endpoint {
+        rt: rt.clone(),
+        token,
+    });
+    tokio::spawn(server::serve(ep, listener, stop.clone()));
+    let hb = Duration::from_secs(args.heartbeat_seconds.max(1));
+    tokio::spawn(node::heartbeat(
+        client.clone(),
+        facts,
+        node_obj.metadata.uid.clone(),
+        hb,
+        hb * 6,
+        stop.clone(),
+    ));
+    tracing::info!(
+        "agent {node_name}: endpoint {endpoint}, pod CIDR {pod_cidr}, isolation {}",
+        if isolate {
+            "mount+uts namespaces"
+        } else {
+            "none"
+        }
+    );
+    let rt2 = rt.clone();
+    let done = tokio::spawn(async move {
+        let pods: Api<Pod> = Api::all(client);
+        let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+        let mut stream = watcher(pods, cfg).boxed();
+        let mut seen_in_init: Option<std::collections::HashSet<String>> = None;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => break,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(watcher::Event::Init)) => seen_in_init = Some(Default::default()),
+                Some(Ok(watcher::Event::InitApply(p))) => {
+                    if let (Some(s), Some(uid)) = (seen_in_init.as_mut(), p.metadata.uid.clone()) {
+                        s.insert(uid);
+                    }
+                    rt2.apply(p);
+                }
+                Some(Ok(watcher::Event::InitDone)) => {
+                    if let Some(seen) = seen_in_init.take() {
+                        let known: Vec<String> = rt2
+                            .pods
+                            .lock()
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default();
+                        for uid in known.iter().filter(|u| !seen.contains(*u)) {
+                            rt2.gone(uid);
+                        }
+                    }
+                }
+                Some(Ok(watcher::Event::Apply(p))) => rt2.apply(p),
+                Some(Ok(watcher::Event::Delete(p))) => {
+                    if let Some(uid) = p.metadata.uid.as_deref() {
+                        rt2.gone(uid);
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::debug!("pod watch: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                None => break,
+            }
+        }
+        // Shutdown: processes go with the agent; pods stay bound (as when kubelet stops).
+        rt2.kill_all();
+        for _ in 0..50 {
+            if rt2.pods.lock().map(|m| m.is_empty()).unwrap_or(true) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    Ok((
+        Agent {
+            endpoint,
+            node_name: rt.node_name.clone(),
+            runtime: rt,
+        },
+        done,
+    ))
+}
+
+/// A kube client from the kubeconfig flag.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
 }
