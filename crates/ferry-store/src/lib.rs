@@ -12,7 +12,8 @@
 //!   [`StoreError::Compacted`] ("too old").
 //! * `compact` forgets history at or below a revision.
 //!
-//! Backends: [`redb`](crate::redb_store) (embedded, the default). The conformance suite in
+//! Backends: [`redb`](crate::redb_store) (embedded, the default) and
+//! [`etcd`](crate::etcd_store) (etcd v3 over gRPC, for several API servers). The conformance suite in
 //! [`conformance`] is written against the trait so that every backend runs the same tests.
 
 use std::pin::Pin;
@@ -20,9 +21,11 @@ use std::pin::Pin;
 mod codec;
 mod compactor;
 pub mod conformance;
+pub mod etcd_store;
 pub mod redb_store;
 
 pub use compactor::{CompactorHandle, compaction_target, spawn_compactor};
+pub use etcd_store::{EtcdOptions, EtcdStore};
 pub use redb_store::{RedbOptions, RedbStore};
 
 use bytes::Bytes;
