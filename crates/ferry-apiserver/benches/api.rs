@@ -50,6 +50,7 @@ fn main() {
             listen: "127.0.0.1:0".parse().expect("addr"),
             plain_http: true,
             extra_sans: vec![],
+            ..Default::default()
         };
         let running = ferry_apiserver::start(cfg, store, shutdown.clone()).await.expect("start");
         let token = std::fs::read_to_string(dir.path().join("pki/admin.token")).expect("token").trim().to_string();

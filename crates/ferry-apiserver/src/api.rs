@@ -90,6 +90,12 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     pub cache: Arc<Cache>,
     resources: HashMap<(String, String, String), Arc<Resource>>,
+    /// ClusterIP and NodePort allocation for Services.
+    pub services: crate::alloc::ServiceAlloc,
+}
+
+fn is_service(info: &KindInfo) -> bool {
+    info.group.is_empty() && info.kind == "Service"
 }
 
 /// How a write treats unknown fields.
@@ -134,7 +140,14 @@ impl Api {
             store,
             cache,
             resources,
+            services: crate::alloc::ServiceAlloc::default(),
         }
+    }
+
+    /// Uses these service CIDRs and node port range for allocation.
+    pub fn with_service_alloc(mut self, services: crate::alloc::ServiceAlloc) -> Api {
+        self.services = services;
+        self
     }
 
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<Resource>> {
@@ -480,20 +493,56 @@ impl Api {
             return Err(ApiError::invalid(info, &name, &errs));
         }
         self.check_namespace(res, url_ns.as_deref()).await?;
+        let key = res.key(url_ns.as_deref(), &name);
+        // Services: addresses and node ports are claimed in the store before the write.
+        let txn = if is_service(info) {
+            if self.store.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(info, &name));
+            }
+            let txn = self
+                .services
+                .allocate_create(self.store.as_ref(), &mut obj, dry_run)
+                .await?;
+            let errs = res.strategy.validate(&obj, None);
+            if !errs.is_empty() {
+                txn.rollback().await;
+                return Err(ApiError::invalid(info, &name, &errs));
+            }
+            Some(txn)
+        } else {
+            None
+        };
         if record_update {
             let manager = q.get("fieldManager").unwrap_or("");
             crate::managed::record(&mut obj, None, manager, "Update", None, info);
         }
-        let key = res.key(url_ns.as_deref(), &name);
         if dry_run {
+            if let Some(t) = txn {
+                t.rollback().await;
+            }
             if self.store.get(&key).await?.is_some() {
                 return Err(ApiError::already_exists(info, &name));
             }
             return Ok(Reply::json(201, &obj).with_warnings(warnings));
         }
-        let bytes =
-            Bytes::from(serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?);
-        match self.store.create(&key, bytes).await {
+        let bytes = match serde_json::to_vec(&obj) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => {
+                if let Some(t) = txn {
+                    t.rollback().await;
+                }
+                return Err(ApiError::internal(e.to_string()));
+            }
+        };
+        let result = self.store.create(&key, bytes).await;
+        if let Some(t) = txn {
+            if result.is_ok() {
+                t.commit().await;
+            } else {
+                t.rollback().await;
+            }
+        }
+        match result {
             Ok(kv) => {
                 set_resource_version(&mut obj, kv.mod_revision);
                 Ok(Reply::json(201, &obj).with_warnings(warnings))
@@ -623,6 +672,9 @@ impl Api {
                     }
                     res.strategy.prepare_update(&mut new, &old);
                     res.strategy.default(&mut new);
+                    if is_service(info) {
+                        crate::alloc::prepare_update(&mut new, &old);
+                    }
                     if info.generation && objects::spec_part(&new) != objects::spec_part(&old) {
                         let g = objects::meta(&old)
                             .and_then(|m| m.get("generation"))
@@ -656,6 +708,9 @@ impl Api {
                 }
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
                     Ok((_, rev)) => {
+                        if is_service(info) {
+                            self.services.release(self.store.as_ref(), &old).await;
+                        }
                         set_resource_version(&mut new, rev);
                         return Ok(Reply::json(200, &new));
                     }
@@ -667,14 +722,44 @@ impl Api {
             if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
                 m.remove("resourceVersion");
             }
+            // Services: claim new addresses / node ports before the write, free unused after.
+            let txn = if is_service(info) && subresource.is_none() {
+                let txn = self
+                    .services
+                    .allocate_update(self.store.as_ref(), &mut new, &old, dry_run)
+                    .await?;
+                let errs = res.strategy.validate(&new, Some(&old));
+                if !errs.is_empty() {
+                    txn.rollback().await;
+                    return Err(ApiError::invalid(info, &name, &errs));
+                }
+                Some(txn)
+            } else {
+                None
+            };
             if dry_run {
+                if let Some(t) = txn {
+                    t.rollback().await;
+                }
                 set_resource_version(&mut new, kv.mod_revision);
                 return Ok(Reply::json(200, &new));
             }
-            let bytes = Bytes::from(
-                serde_json::to_vec(&new).map_err(|e| ApiError::internal(e.to_string()))?,
-            );
-            match self.store.update(&key, bytes, kv.mod_revision).await {
+            let result = match serde_json::to_vec(&new) {
+                Ok(b) => {
+                    self.store
+                        .update(&key, Bytes::from(b), kv.mod_revision)
+                        .await
+                }
+                Err(e) => Err(StoreError::Internal(e.to_string())),
+            };
+            if let Some(t) = txn {
+                if result.is_ok() {
+                    t.commit().await;
+                } else {
+                    t.rollback().await;
+                }
+            }
+            match result {
                 Ok(nkv) => {
                     set_resource_version(&mut new, nkv.mod_revision);
                     return Ok(Reply::json(200, &new));
@@ -781,6 +866,9 @@ impl Api {
                 }
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
                     Ok((_, rev)) => {
+                        if is_service(info) {
+                            self.services.release(self.store.as_ref(), &obj).await;
+                        }
                         set_resource_version(&mut obj, rev);
                         return Ok(delete_reply(info, &obj, true));
                     }

@@ -2,6 +2,7 @@
 //! `Status` errors, bearer-token authentication over TLS, served from a watch cache in front of a
 //! [`ferry_store::Store`].
 
+pub mod alloc;
 pub mod api;
 pub mod body;
 pub mod cache;
@@ -38,7 +39,29 @@ pub struct Config {
     pub plain_http: bool,
     /// Extra names/IPs for the serving certificate.
     pub extra_sans: Vec<String>,
+    /// `--service-cluster-ip-range`: one CIDR, or two of different families (dual-stack);
+    /// the first is the primary family.
+    pub service_cidrs: Vec<alloc::Cidr>,
+    /// `--service-node-port-range`.
+    pub node_port_range: alloc::PortRange,
 }
+
+impl Default for Config {
+    fn default() -> Self {
+        let a = alloc::ServiceAlloc::default();
+        Config {
+            data_dir: PathBuf::from("."),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            plain_http: false,
+            extra_sans: Vec::new(),
+            service_cidrs: a.cidrs,
+            node_port_range: a.node_ports,
+        }
+    }
+}
+
+/// How often the allocation repair loop runs.
+pub const ALLOC_REPAIR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A started API server.
 pub struct Running {
@@ -87,7 +110,15 @@ pub async fn start(
             }
         });
     }
-    let api = api::Api::new(store.clone(), cache);
+    let service_alloc = alloc::ServiceAlloc {
+        cidrs: if config.service_cidrs.is_empty() {
+            alloc::ServiceAlloc::default().cidrs
+        } else {
+            config.service_cidrs.clone()
+        },
+        node_ports: config.node_port_range,
+    };
+    let api = api::Api::new(store.clone(), cache).with_service_alloc(service_alloc.clone());
     let scheme = if config.plain_http { "http" } else { "https" };
     let host = match addr.ip() {
         std::net::IpAddr::V6(ip) => format!("[{ip}]"),
@@ -114,6 +145,18 @@ pub async fn start(
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;
+    bootstrap_kubernetes_service(&server.api, addr.port()).await?;
+    {
+        let api_for_repair = Arc::new(
+            api::Api::new(store.clone(), server.api.cache.clone())
+                .with_service_alloc(service_alloc),
+        );
+        tokio::spawn(alloc::repair::run(
+            api_for_repair,
+            ALLOC_REPAIR_INTERVAL,
+            shutdown.clone(),
+        ));
+    }
     let kubeconfig = config.data_dir.join("kubeconfig");
     pki::write_kubeconfig(&kubeconfig, &pki.kubeconfig(&url, !config.plain_http))?;
     server.ready.store(true, Ordering::SeqCst);
@@ -146,6 +189,38 @@ async fn bootstrap(api: &api::Api) -> Result<()> {
             Err(e) if e.code == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {name}: {}", e.message),
         }
+    }
+    Ok(())
+}
+
+/// Creates the `kubernetes` Service in `default` (ClusterIP = first address of the primary range,
+/// port 443 named `https`) when missing.
+async fn bootstrap_kubernetes_service(api: &api::Api, port: u16) -> Result<()> {
+    let Some(res) = api.resource("", "v1", "services").cloned() else {
+        return Ok(());
+    };
+    let Some(ip) = api.services.cidrs.first().and_then(|c| c.first()) else {
+        return Ok(());
+    };
+    let p = request::ResourcePath {
+        group: String::new(),
+        version: "v1".into(),
+        namespace: Some("default".into()),
+        resource: "services".into(),
+        name: None,
+        subresource: None,
+    };
+    let body = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": ip.to_string(), "sessionAffinity": "None",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+    });
+    match api.create(&res, &p, &request::Query::default(), body).await {
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {}
+        Err(e) => tracing::warn!("creating the kubernetes Service: {}", e.message),
     }
     Ok(())
 }

@@ -65,6 +65,23 @@ struct ServerArgs {
     /// Keep this many revisions of history for watches (older ones are compacted).
     #[arg(long, default_value_t = 100_000)]
     history_revisions: i64,
+    /// Where the state lives: `redb` (one file in --data-dir) or `etcd` (shared by several
+    /// API servers).
+    #[arg(long, default_value = "redb", value_parser = ["redb", "etcd"])]
+    store: String,
+    /// etcd client URLs for `--store etcd`, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    etcd_endpoints: Vec<String>,
+    /// Prefix of every key in etcd (as kube-apiserver's --etcd-prefix).
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// Service ClusterIP range: one CIDR, or two of different families for dual-stack
+    /// (the first is the primary family).
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// Node port range (inclusive).
+    #[arg(long, default_value = "30000-32767")]
+    service_node_port_range: ferry_apiserver::alloc::PortRange,
 }
 
 fn main() -> Result<()> {
@@ -176,12 +193,27 @@ async fn shutdown_signal() {
     }
 }
 
+async fn open_store(a: &ServerArgs) -> Result<Arc<dyn ferry_store::Store>> {
+    if a.store == "etcd" {
+        let opts = ferry_store::EtcdOptions {
+            endpoints: a.etcd_endpoints.clone(),
+            prefix: a.etcd_prefix.clone(),
+            ..Default::default()
+        };
+        let store = ferry_store::EtcdStore::connect(opts)
+            .await
+            .with_context(|| format!("connecting to etcd at {}", a.etcd_endpoints.join(",")))?;
+        return Ok(Arc::new(store));
+    }
+    let store = ferry_store::redb_store::RedbStore::open(&a.data_dir.join("store.redb"))
+        .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
+    Ok(Arc::new(store))
+}
+
 async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("creating {}", a.data_dir.display()))?;
-    let store = ferry_store::redb_store::RedbStore::open(&a.data_dir.join("store.redb"))
-        .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
-    let store: Arc<dyn ferry_store::Store> = Arc::new(store);
+    let store = open_store(&a).await?;
     let shutdown = CancellationToken::new();
     ferry_store::spawn_compactor(
         store.clone(),
@@ -193,6 +225,9 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         listen: a.listen_api,
         plain_http: a.plain_http,
         extra_sans: a.tls_san.clone(),
+        service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&a.service_cluster_ip_range)
+            .context("--service-cluster-ip-range")?,
+        node_port_range: a.service_node_port_range,
     };
     let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
     tracing::info!(mode, url = %running.url, kubeconfig = %running.kubeconfig.display(), "ferry is ready");
