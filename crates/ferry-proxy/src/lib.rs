@@ -1,19 +1,333 @@
-//! `ferry proxy`: the service proxy (issue 7). STUB.
+//! `ferry proxy`: the service proxy, userspace mode.
+//!
+//! An ordinary Kubernetes API client (kube-rs) that watches Services, EndpointSlices and Nodes
+//! ([`watch`]), keeps slim projections of them ([`model`]) in a change tracker, and runs one
+//! coalescing sync loop ([`sync`]) that computes this node's service table with a pure function
+//! ([`table`]) and applies it to the userspace data path ([`dataplane`]): a listener per service
+//! address (every `clusterIPs` entry, NodePorts on the node IPs, `externalIPs`, load-balancer
+//! ingress IPs), TCP and UDP, with the schedulers of [`sched`] and optional PROXY protocol
+//! headers ([`proxyproto`]).
+//!
+//! Listeners bind the service IPs themselves, so the service IPs must be local addresses: in
+//! `ferry up`'s loopback mode they live in 127.0.0.0/8, which Linux answers on as a whole. On a
+//! real network a service IP is not local; binding it would need `IP_FREEBIND` or
+//! `net.ipv4.ip_nonlocal_bind` plus routing, or the kernel dataplane (nftables, next batch).
+//! Such frontends are logged and retried, never fatal.
+//!
+//! Per-Service annotations: `ferry.dev/scheduler` (`rr`, `random`, `lc`, `dh`, `sh`, `sed`,
+//! `nq`), `ferry.dev/proxy-protocol` (`v1`, `v2`; TCP only), `ferry.dev/topology-keys`
+//! (comma-separated; the seed's `spec.topologyKeys`, which is read too when the API server
+//! keeps it).
+
+pub mod dataplane;
+pub mod health;
+pub mod model;
+pub mod proxyproto;
+pub mod sched;
+pub mod sync;
+pub mod table;
+pub mod watch;
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
+use tokio::sync::watch as tokio_watch;
+use tokio_util::sync::CancellationToken;
 
-#[derive(clap::Args, Debug, Clone)]
-pub struct ProxyArgs {
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<std::path::PathBuf>,
+pub use sched::Scheduler;
+pub use sync::SyncStatus;
+
+/// The proxy modes `--proxy-mode` accepts.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProxyMode {
+    /// Accept on the service addresses and copy bytes to the chosen endpoint.
+    #[default]
+    Userspace,
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .map_or((s, "s"), |i| (&s[..i], &s[i..]));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (use e.g. 250ms, 1s, 5m)"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+}
+
+/// An optional listen address: `IP:port`, or empty (or `off`) for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OptAddr(pub Option<SocketAddr>);
+
+impl std::str::FromStr for OptAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() || s == "off" {
+            return Ok(OptAddr(None));
+        }
+        s.parse()
+            .map(|a| OptAddr(Some(a)))
+            .map_err(|_| format!("invalid address {s:?} (IP:port, or empty to disable)"))
+    }
+}
+
+/// Flags of `ferry proxy` (and of the proxy inside `ferry up`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProxyArgs {
+    /// The kubeconfig to reach the API server (default: `$KUBECONFIG`, then in-cluster).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name: endpoints on it are local (traffic policies), its labels give the
+    /// zone (hints) and topology keys, its addresses serve NodePorts. Default: the hostname.
+    #[arg(long = "node-name", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Addresses to serve NodePorts on (comma-separated or repeated). Default: the Node's
+    /// InternalIP/ExternalIP addresses.
+    #[arg(long = "node-ip", value_delimiter = ',')]
+    pub node_ip: Vec<IpAddr>,
+    /// Default scheduler: rr, random, lc, dh, sh, sed, nq. A Service overrides it with the
+    /// `ferry.dev/scheduler` annotation.
+    #[arg(long, default_value = "rr")]
+    pub scheduler: Scheduler,
+    /// Proxy mode (only `userspace` in this release; nftables is planned).
+    #[arg(long = "proxy-mode", value_enum, default_value = "userspace")]
+    pub proxy_mode: ProxyMode,
+    /// Serve NodePorts on this address instead of the node IPs (e.g. 0.0.0.0 for every local
+    /// address).
+    #[arg(long = "bind-address")]
+    pub bind_address: Option<IpAddr>,
+    /// Where `/healthz` is served (empty to disable).
+    #[arg(long = "healthz-bind-address", default_value = "0.0.0.0:10256")]
+    pub healthz_bind_address: OptAddr,
+    /// Minimum time between two syncs of the table (changes in between are coalesced).
+    #[arg(long = "min-sync-period", default_value = "50ms", value_parser = parse_duration)]
+    pub min_sync_period: Duration,
+    /// Maximum time between two syncs (a full resync even without changes).
+    #[arg(long = "sync-period", default_value = "30s", value_parser = parse_duration)]
+    pub sync_period: Duration,
+    /// A change that waits longer than this for a sync makes `/healthz` fail.
+    #[arg(long = "healthz-timeout", default_value = "60s", value_parser = parse_duration)]
+    pub healthz_timeout: Duration,
+    /// Idle timeout of a UDP flow (client address -> endpoint).
+    #[arg(long = "udp-timeout", default_value = "250ms", value_parser = parse_duration)]
+    pub udp_timeout: Duration,
+}
+
+impl Default for ProxyArgs {
+    fn default() -> Self {
+        ProxyArgs {
+            kubeconfig: None,
+            node_name: None,
+            node_ip: Vec::new(),
+            scheduler: Scheduler::RoundRobin,
+            proxy_mode: ProxyMode::Userspace,
+            bind_address: None,
+            healthz_bind_address: OptAddr(None),
+            min_sync_period: Duration::from_millis(50),
+            sync_period: Duration::from_secs(30),
+            healthz_timeout: Duration::from_secs(60),
+            udp_timeout: Duration::from_millis(250),
+        }
+    }
+}
+
+/// The host name, for the default node name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A running proxy.
+pub struct Proxy {
+    /// Where `/healthz` listens, if enabled.
+    pub healthz_addr: Option<SocketAddr>,
+    status: tokio_watch::Receiver<SyncStatus>,
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// The status after the latest sync.
+    pub fn status(&self) -> SyncStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until the first sync after `after` syncs (e.g. `status().syncs`) has completed.
+    pub async fn wait_syncs(&self, after: u64) -> Result<SyncStatus> {
+        let mut rx = self.status.clone();
+        let st = rx
+            .wait_for(|s| s.syncs > after)
+            .await
+            .context("proxy stopped")?;
+        Ok(st.clone())
+    }
+
+    /// Stops watches, the loop and every listener.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        for t in self.tasks {
+            t.abort();
+            let _ = t.await;
+        }
+    }
+}
+
+/// Starts the proxy with a client; it runs until `cancel` (or [`Proxy::stop`]).
+pub async fn start(
+    client: kube::Client,
+    args: &ProxyArgs,
+    cancel: CancellationToken,
+) -> Result<Proxy> {
+    if args.proxy_mode != ProxyMode::Userspace {
+        bail!("unsupported proxy mode");
+    }
+    let node_name = args.node_name.clone().unwrap_or_else(hostname);
+    let tracker = Arc::new(sync::Tracker::default());
+    let (status_tx, status_rx) = tokio_watch::channel(SyncStatus::default());
+    let healthz_addr = match args.healthz_bind_address.0 {
+        Some(a) => Some(
+            health::serve(
+                a,
+                tracker.clone(),
+                status_rx.clone(),
+                args.healthz_timeout,
+                cancel.clone(),
+            )
+            .await
+            .with_context(|| format!("binding the health server on {a}"))?,
+        ),
+        None => None,
+    };
+    let mut tasks = watch::spawn(client, tracker.clone());
+    let dp = dataplane::Dataplane::new(
+        dataplane::DataplaneConfig {
+            udp_idle: args.udp_timeout,
+        },
+        cancel.child_token(),
+    );
+    let cfg = sync::SyncConfig {
+        node_name: node_name.clone(),
+        node_ips: args.node_ip.clone(),
+        nodeport_bind: args.bind_address,
+        scheduler: args.scheduler,
+        min_interval: args.min_sync_period,
+        max_interval: args.sync_period.max(args.min_sync_period),
+    };
+    tasks.push(tokio::spawn(sync::run(
+        tracker,
+        dp,
+        cfg,
+        status_tx,
+        cancel.clone(),
+    )));
+    tracing::info!(node = %node_name, scheduler = %args.scheduler, healthz = ?healthz_addr,
+        "service proxy started (userspace mode)");
+    Ok(Proxy {
+        healthz_addr,
+        status: status_rx,
+        cancel,
+        tasks,
+    })
+}
+
+/// Runs `ferry proxy` until `shutdown` completes.
 pub async fn run(
-    _args: ProxyArgs,
+    args: ProxyArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let config = match args.kubeconfig.as_deref() {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let client = kube::Client::try_from(config)?;
+    let cancel = CancellationToken::new();
+    let proxy = start(client, &args, cancel.clone()).await?;
     shutdown.await;
+    proxy.stop().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        proxy: ProxyArgs,
+    }
+
+    #[test]
+    fn flags() {
+        let c = Cli::try_parse_from([
+            "x",
+            "--node-name",
+            "n1",
+            "--node-ip",
+            "127.0.0.1,127.0.0.2",
+            "--scheduler",
+            "sh",
+            "--proxy-mode",
+            "userspace",
+            "--healthz-bind-address",
+            "",
+            "--min-sync-period",
+            "100ms",
+            "--udp-timeout",
+            "1s",
+        ])
+        .unwrap();
+        assert_eq!(c.proxy.node_ip.len(), 2);
+        assert_eq!(c.proxy.scheduler, Scheduler::SourceHashing);
+        assert_eq!(c.proxy.healthz_bind_address, OptAddr(None));
+        assert_eq!(c.proxy.min_sync_period, Duration::from_millis(100));
+        assert_eq!(c.proxy.udp_timeout, Duration::from_secs(1));
+        let d = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(
+            d.proxy.healthz_bind_address,
+            OptAddr(Some("0.0.0.0:10256".parse().unwrap()))
+        );
+        assert_eq!(d.proxy.scheduler, Scheduler::RoundRobin);
+        assert!(Cli::try_parse_from(["x", "--scheduler", "wlc"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--proxy-mode", "iptables"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--sync-period", "5x"]).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        for (s, want) in [
+            ("250ms", Some(Duration::from_millis(250))),
+            ("2", Some(Duration::from_secs(2))),
+            ("1.5s", Some(Duration::from_millis(1500))),
+            ("5m", Some(Duration::from_secs(300))),
+            ("1h", Some(Duration::from_secs(3600))),
+            ("x", None),
+            ("-1s", None),
+        ] {
+            assert_eq!(parse_duration(s).ok(), want, "{s}");
+        }
+    }
 }

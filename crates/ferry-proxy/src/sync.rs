@@ -1,0 +1,278 @@
+//! Change tracking and the one coalescing sync loop (kube-proxy's change trackers and
+//! `BoundedFrequencyRunner`): watch handlers record projected objects and poke the loop; the loop
+//! rebuilds the table at most once per `min_interval` and at least once per `max_interval`, and
+//! hands it to the data path. Health turns bad only when a recorded change has waited longer
+//! than the health timeout.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::dataplane::Dataplane;
+use crate::model::{NodeInfo, ServiceInfo, SliceInfo};
+use crate::sched::Scheduler;
+use crate::table::{self, NodeContext, Table};
+
+/// Object key: (namespace, name); nodes use an empty namespace.
+pub type Key = (String, String);
+
+/// Which watch has completed its first list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Service,
+    EndpointSlice,
+    Node,
+}
+
+/// The projected objects, as the watches report them.
+#[derive(Debug, Default)]
+pub struct State {
+    pub services: BTreeMap<Key, ServiceInfo>,
+    pub slices: BTreeMap<Key, SliceInfo>,
+    pub nodes: BTreeMap<String, NodeInfo>,
+    pending_since: Option<Instant>,
+    synced_services: bool,
+    synced_slices: bool,
+    synced_nodes: bool,
+}
+
+/// Shared between the watches (writers) and the sync loop (reader).
+pub struct Tracker {
+    state: Mutex<State>,
+    notify: Notify,
+    started: Instant,
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker {
+            state: Mutex::new(State::default()),
+            notify: Notify::new(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Tracker {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `f`; when it reports a change, queues a sync.
+    pub fn update(&self, f: impl FnOnce(&mut State) -> bool) -> bool {
+        let changed = {
+            let mut st = self.lock();
+            let changed = f(&mut st);
+            if changed && st.pending_since.is_none() {
+                st.pending_since = Some(Instant::now());
+            }
+            changed
+        };
+        if changed {
+            self.notify.notify_one();
+        }
+        changed
+    }
+
+    /// Records that a watch listed everything once.
+    pub fn mark_synced(&self, kind: Kind) {
+        {
+            let mut st = self.lock();
+            match kind {
+                Kind::Service => st.synced_services = true,
+                Kind::EndpointSlice => st.synced_slices = true,
+                Kind::Node => st.synced_nodes = true,
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Services and slices have been listed (nodes are optional: a proxy may run before its
+    /// Node exists).
+    pub fn synced(&self) -> bool {
+        let st = self.lock();
+        st.synced_services && st.synced_slices
+    }
+
+    /// How long the oldest unapplied change has waited (before the first sync: since start).
+    pub fn pending_for(&self) -> Option<Duration> {
+        let st = self.lock();
+        if !(st.synced_services && st.synced_slices) {
+            return Some(self.started.elapsed());
+        }
+        st.pending_since.map(|t| t.elapsed())
+    }
+}
+
+/// Settings of the sync loop.
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    pub node_name: String,
+    /// `--node-ip`: NodePort addresses; empty means the Node's addresses.
+    pub node_ips: Vec<IpAddr>,
+    /// `--bind-address`: serve NodePorts on this address instead of the node IPs.
+    pub nodeport_bind: Option<IpAddr>,
+    pub scheduler: Scheduler,
+    pub min_interval: Duration,
+    pub max_interval: Duration,
+}
+
+/// What the loop publishes after each sync.
+#[derive(Debug, Clone, Default)]
+pub struct SyncStatus {
+    pub syncs: u64,
+    pub last_sync: Option<SystemTime>,
+    pub table: Arc<Table>,
+    /// Frontends that could not be bound at the last sync.
+    pub failed: Vec<String>,
+}
+
+fn node_context(st: &State, cfg: &SyncConfig) -> NodeContext {
+    let me = st.nodes.get(&cfg.node_name);
+    let mut node_ips = if let Some(ip) = cfg.nodeport_bind {
+        vec![ip]
+    } else if !cfg.node_ips.is_empty() {
+        cfg.node_ips.clone()
+    } else {
+        me.map(|n| n.addresses.clone()).unwrap_or_default()
+    };
+    node_ips.dedup();
+    NodeContext {
+        name: cfg.node_name.clone(),
+        labels: me.map(|n| n.labels.clone()).unwrap_or_default(),
+        node_ips,
+        scheduler: cfg.scheduler,
+        sctp: false,
+    }
+}
+
+/// Runs the loop until `cancel`; closes every listener on the way out.
+pub async fn run(
+    tracker: Arc<Tracker>,
+    mut dataplane: Dataplane,
+    cfg: SyncConfig,
+    status: watch::Sender<SyncStatus>,
+    cancel: CancellationToken,
+) {
+    // Wait for the first full lists, so that the first table is complete.
+    while !tracker.synced() {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tracker.notify.notified() => {}
+        }
+    }
+    let mut last_run: Option<Instant> = None;
+    let mut syncs = 0u64;
+    loop {
+        if let Some(last) = last_run {
+            let since = last.elapsed();
+            if since < cfg.min_interval {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(cfg.min_interval - since) => {}
+                }
+            }
+        }
+        last_run = Some(Instant::now());
+        let table = {
+            let mut st = tracker.lock();
+            st.pending_since = None;
+            let ctx = node_context(&st, &cfg);
+            table::build(&st.services, &st.slices, &st.nodes, &ctx)
+        };
+        let started = Instant::now();
+        let report = dataplane.apply(&table);
+        syncs += 1;
+        tracing::debug!(
+            frontends = table.frontends.len(),
+            pools = table.pools.len(),
+            opened = report.opened,
+            closed = report.closed,
+            failed = report.failed.len(),
+            took_us = started.elapsed().as_micros() as u64,
+            "proxy sync"
+        );
+        status.send_replace(SyncStatus {
+            syncs,
+            last_sync: Some(SystemTime::now()),
+            table: Arc::new(table),
+            failed: report
+                .failed
+                .iter()
+                .map(|(f, e)| format!("{f}: {e}"))
+                .collect(),
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tracker.notify.notified() => {}
+            _ = tokio::time::sleep(cfg.max_interval) => {}
+        }
+    }
+    dataplane.shutdown();
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pending_tracks_oldest_change_and_sync_state() {
+        let t = Tracker::default();
+        assert!(t.pending_for().is_some(), "unsynced counts as pending");
+        t.mark_synced(Kind::Service);
+        assert!(!t.synced());
+        t.mark_synced(Kind::EndpointSlice);
+        assert!(t.synced());
+        assert_eq!(t.pending_for(), None);
+        assert!(!t.update(|_| false));
+        assert_eq!(t.pending_for(), None);
+        assert!(t.update(|st| {
+            st.nodes.insert("n".into(), NodeInfo::default());
+            true
+        }));
+        let first = t.pending_for().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        t.update(|_| true);
+        assert!(t.pending_for().unwrap() > first, "the oldest change counts");
+    }
+
+    #[test]
+    fn node_context_sources() {
+        let mut st = State::default();
+        st.nodes.insert(
+            "n1".into(),
+            NodeInfo {
+                name: "n1".into(),
+                labels: [("a".to_string(), "b".to_string())].into_iter().collect(),
+                addresses: vec!["127.0.0.5".parse().unwrap()],
+            },
+        );
+        let mut cfg = SyncConfig {
+            node_name: "n1".into(),
+            node_ips: vec![],
+            nodeport_bind: None,
+            scheduler: Scheduler::RoundRobin,
+            min_interval: Duration::ZERO,
+            max_interval: Duration::from_secs(1),
+        };
+        let c = node_context(&st, &cfg);
+        assert_eq!(c.node_ips, vec!["127.0.0.5".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.labels.len(), 1);
+        cfg.node_ips = vec!["127.0.0.7".parse().unwrap()];
+        assert_eq!(node_context(&st, &cfg).node_ips, cfg.node_ips);
+        cfg.nodeport_bind = Some("0.0.0.0".parse().unwrap());
+        assert_eq!(
+            node_context(&st, &cfg).node_ips,
+            vec!["0.0.0.0".parse::<IpAddr>().unwrap()]
+        );
+        cfg.node_name = "other".into();
+        cfg.nodeport_bind = None;
+        cfg.node_ips.clear();
+        assert!(node_context(&st, &cfg).node_ips.is_empty());
+    }
+}
