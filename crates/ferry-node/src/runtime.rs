@@ -492,7 +492,7 @@ async fn pod_worker(
     }
     let mut dirty = true;
     loop {
-        if dirty && !stop.is_cancelled() {
+        if dirty && !gone.is_cancelled() {
             status.push(&pods, &name, terminating, false).await;
             dirty = false;
         }

@@ -306,6 +306,15 @@ impl Endpoint {
     }
 }
 
+fn normal_close() -> Message {
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
+    }))
+}
+
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Bytes>,
 ) -> impl futures::Stream<Item = Bytes> {
@@ -387,7 +396,7 @@ async fn run_exec<S>(
             let _ = otx
                 .send(send_status(exit_status(&command, None, Some(e))))
                 .await;
-            let _ = otx.send(Message::Close(None)).await;
+            let _ = otx.send(normal_close()).await;
             drop(otx);
             let _ = writer.await;
             return;
@@ -416,7 +425,7 @@ async fn run_exec<S>(
             let _ = otx
                 .send(send_status(exit_status(&command, None, Some(msg))))
                 .await;
-            let _ = otx.send(Message::Close(None)).await;
+            let _ = otx.send(normal_close()).await;
             drop(otx);
             let _ = writer.await;
             return;
@@ -495,7 +504,7 @@ async fn run_exec<S>(
         let _ = otx
             .send(send_status(exit_status(&command, code, None)))
             .await;
-        let _ = otx.send(Message::Close(None)).await;
+        let _ = otx.send(normal_close()).await;
     }
     drop(otx);
     let _ = writer.await;
