@@ -4,6 +4,8 @@
 pub mod gc;
 pub mod gc_core;
 pub mod graph;
+pub mod workload_core;
+pub mod workloads;
 
 use anyhow::Result;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +27,9 @@ pub async fn run(
             }
         })
     };
+    let workloads_task = tokio::spawn(workloads::run(client.clone(), stop.clone()));
     stop.cancelled().await;
     let _ = gc_task.await;
+    let _ = workloads_task.await;
     Ok(())
 }
