@@ -289,7 +289,8 @@ impl Server {
         if let Some(s) = sub
             && !(s == "status" && res.info().status_subresource
                 || s == "scale" && res.info().scale_subresource
-                || s == "finalize" && res.info().kind == "Namespace")
+                || s == "finalize" && res.info().kind == "Namespace"
+                || s == "binding" && res.info().kind == "Pod" && res.info().group.is_empty())
         {
             return Err(ApiError::not_found_path());
         }
@@ -301,7 +302,11 @@ impl Server {
                     api.list(&res, &rp, q, want).await
                 }
             }
-            (&Method::GET, true) => api.get(&res, &rp, q, want).await,
+            (&Method::GET, true) if sub != Some("binding") => api.get(&res, &rp, q, want).await,
+            (&Method::POST, true) if sub == Some("binding") => {
+                let v = crate::body::decode(content_type, &body)?;
+                api.bind_pod(&res, &rp, q, v).await
+            }
             (&Method::POST, false) => {
                 let v = crate::body::decode(content_type, &body)?;
                 api.create(&res, &rp, q, v).await
