@@ -1,0 +1,173 @@
+//! Pieces of `bench/proxy/run.sh` (a benchmark, not a test):
+//!
+//! - `backend ADDR`: a TCP server; a client that sends `s` gets an endless byte stream
+//!   (throughput), one that sends `c` gets one byte and a close (connections/s).
+//! - `ferry FRONT BACKEND`: ferry's userspace data path serving FRONT -> BACKEND (a static
+//!   table: no API server involved, the same code the watch path drives).
+//! - `load ADDR SECONDS CONNS`: measures throughput (CONNS parallel streams) and then
+//!   connections/s (CONNS parallel connect/read/close loops) against ADDR; prints one line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ferry_proxy::dataplane::{Dataplane, DataplaneConfig};
+use ferry_proxy::model::{EndpointInfo, PortInfo, Proto, ServiceInfo, SliceInfo, SlicePort};
+use ferry_proxy::table::{self, NodeContext};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("backend") => backend(args[2].parse().unwrap()).await,
+        Some("ferry") => ferry(args[2].parse().unwrap(), args[3].parse().unwrap()).await,
+        Some("load") => {
+            load(
+                args[2].parse().unwrap(),
+                args[3].parse().unwrap(),
+                args[4].parse().unwrap(),
+            )
+            .await
+        }
+        _ => eprintln!(
+            "usage: proxy_bench backend ADDR | ferry FRONT BACKEND | load ADDR SECONDS CONNS"
+        ),
+    }
+}
+
+async fn backend(addr: SocketAddr) {
+    let l = TcpListener::bind(addr).await.unwrap();
+    loop {
+        let Ok((mut c, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let _ = c.set_nodelay(true);
+            let mut b = [0u8; 1];
+            if c.read_exact(&mut b).await.is_err() {
+                return;
+            }
+            if b[0] == b's' {
+                let buf = vec![0x5au8; 256 * 1024];
+                while c.write_all(&buf).await.is_ok() {}
+            } else {
+                let _ = c.write_all(b"k").await;
+            }
+        });
+    }
+}
+
+async fn ferry(front: SocketAddr, back: SocketAddr) {
+    let svc = ServiceInfo {
+        namespace: "bench".into(),
+        name: "bench".into(),
+        cluster_ips: vec![front.ip()],
+        ports: vec![PortInfo {
+            name: String::new(),
+            proto: Proto::Tcp,
+            port: front.port(),
+            node_port: None,
+        }],
+        ..Default::default()
+    };
+    let slice = SliceInfo {
+        namespace: "bench".into(),
+        name: "bench-1".into(),
+        service: "bench".into(),
+        ports: vec![SlicePort {
+            name: String::new(),
+            proto: Proto::Tcp,
+            port: back.port(),
+        }],
+        endpoints: vec![EndpointInfo {
+            ip: back.ip(),
+            ready: true,
+            serving: true,
+            terminating: false,
+            node_name: None,
+            zone: None,
+            hint_zones: None,
+            topology: BTreeMap::new(),
+        }],
+    };
+    let services = [(("bench".to_string(), "bench".to_string()), svc)].into();
+    let slices = [(("bench".to_string(), "bench-1".to_string()), slice)].into();
+    let t = table::build(
+        &services,
+        &slices,
+        &BTreeMap::new(),
+        &NodeContext::default(),
+    );
+    let mut dp = Dataplane::new(DataplaneConfig::default(), CancellationToken::new());
+    let r = dp.apply(&t);
+    assert!(r.failed.is_empty(), "{:?}", r.failed);
+    eprintln!("ferry proxy: {front} -> {back}");
+    std::future::pending::<()>().await;
+}
+
+async fn load(addr: SocketAddr, secs: f64, conns: usize) {
+    let dur = Duration::from_secs_f64(secs);
+    // Throughput.
+    let bytes = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let bytes = bytes.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"s").await.unwrap();
+            let mut buf = vec![0u8; 256 * 1024];
+            while start.elapsed() < dur {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let gbps = bytes.load(Ordering::Relaxed) as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9;
+    // Connections per second.
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (done, errors) = (done.clone(), errors.clone());
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < dur {
+                let ok = async {
+                    let mut s = TcpStream::connect(addr).await.ok()?;
+                    s.write_all(b"c").await.ok()?;
+                    let mut b = [0u8; 1];
+                    s.read_exact(&mut b).await.ok()?;
+                    Some(())
+                }
+                .await;
+                if ok.is_some() {
+                    done.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let cps = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    println!(
+        "gbps={gbps:.2} cps={cps:.0} errors={}",
+        errors.load(Ordering::Relaxed)
+    );
+}
