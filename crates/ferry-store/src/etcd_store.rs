@@ -1395,6 +1395,7 @@ pub mod testing {
     impl EtcdCluster {
         /// Starts `n` members with their data under `dir` and waits until the cluster answers.
         pub async fn start(dir: &Path, n: usize) -> std::io::Result<EtcdCluster> {
+            std::fs::create_dir_all(dir)?;
             let binary = etcd_binary().ok_or_else(|| {
                 std::io::Error::new(
                     std::io::ErrorKind::NotFound,
