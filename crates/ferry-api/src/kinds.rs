@@ -379,6 +379,8 @@ fn build() -> Vec<Box<dyn Strategy>> {
         generation: false, delete_returns_object: false, scale: false,
         prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
     });
+    // Ferry's own kinds carry their strategy functions in their module.
+    v.push(Box::new(crate::custom::cluster_cidr_config::strategy()));
     v
 }
 

@@ -1,6 +1,7 @@
 //! Ferry's API types and the pure per-kind logic: decoding, defaulting, validation, Table
 //! printing, selectors, patches. No IO.
 
+pub mod custom;
 pub mod decode;
 pub mod defaults;
 pub mod errors;
