@@ -11,6 +11,7 @@ pub mod managed;
 pub mod objects;
 pub mod patching;
 pub mod pki;
+pub mod podproxy;
 pub mod request;
 pub mod server;
 pub mod status;

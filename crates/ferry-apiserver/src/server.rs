@@ -245,6 +245,14 @@ impl Server {
         if rp.namespace.is_some() && !res.info().namespaced {
             return error_response(&ApiError::not_found_path());
         }
+        // pods/log and pods/exec are proxied to the pod's node agent.
+        if rp.group.is_empty()
+            && rp.resource == "pods"
+            && rp.name.is_some()
+            && matches!(rp.subresource.as_deref(), Some("log" | "exec"))
+        {
+            return crate::podproxy::handle(self.clone(), req, &rp).await;
+        }
         let want = negotiate(&accept);
         // Read the body for writes.
         let body_bytes = if matches!(
