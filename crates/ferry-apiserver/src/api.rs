@@ -482,22 +482,6 @@ impl Api {
         res.strategy.prepare_create(&mut obj);
         res.strategy.default(&mut obj);
         let name = objects::name(&obj).to_string();
-        let key = res.key(url_ns.as_deref(), &name);
-        // Services: addresses and node ports are claimed in the store before validation and
-        // the write (upstream's BeginCreate), and released if either fails.
-        let txn = if is_service(info) && !name.is_empty() {
-            self.check_namespace(res, url_ns.as_deref()).await?;
-            if self.store.get(&key).await?.is_some() {
-                return Err(ApiError::already_exists(info, &name));
-            }
-            Some(
-                self.services
-                    .allocate_create(self.store.as_ref(), &mut obj, dry_run)
-                    .await?,
-            )
-        } else {
-            None
-        };
         let mut errs = res.strategy.validate(&obj, None);
         if name.is_empty() && errs.is_empty() {
             errs.push(ferry_api::errors::FieldError::required(
@@ -506,14 +490,28 @@ impl Api {
             ));
         }
         if !errs.is_empty() {
-            if let Some(t) = txn {
-                t.rollback().await;
-            }
             return Err(ApiError::invalid(info, &name, &errs));
         }
-        if txn.is_none() {
-            self.check_namespace(res, url_ns.as_deref()).await?;
-        }
+        self.check_namespace(res, url_ns.as_deref()).await?;
+        let key = res.key(url_ns.as_deref(), &name);
+        // Services: addresses and node ports are claimed in the store before the write.
+        let txn = if is_service(info) {
+            if self.store.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(info, &name));
+            }
+            let txn = self
+                .services
+                .allocate_create(self.store.as_ref(), &mut obj, dry_run)
+                .await?;
+            let errs = res.strategy.validate(&obj, None);
+            if !errs.is_empty() {
+                txn.rollback().await;
+                return Err(ApiError::invalid(info, &name, &errs));
+            }
+            Some(txn)
+        } else {
+            None
+        };
         if record_update {
             let manager = q.get("fieldManager").unwrap_or("");
             crate::managed::record(&mut obj, None, manager, "Update", None, info);
@@ -684,15 +682,7 @@ impl Api {
                             .unwrap_or(0);
                         meta_mut(&mut new).insert("generation".into(), json!(g + 1));
                     }
-                    errs = res.strategy.validate(&new, Some(&old))
-                        .into_iter()
-                        // Filled in by allocation below (and validated again then).
-                        .filter(|e| {
-                            !(is_service(info)
-                                && e.field == "spec.healthCheckNodePort"
-                                && e.kind == ferry_api::errors::ErrorType::Required)
-                        })
-                        .collect();
+                    errs = res.strategy.validate(&new, Some(&old));
                 }
             }
             if !errs.is_empty() {
@@ -736,6 +726,9 @@ impl Api {
                     Err(e) => return Err(e.into()),
                 }
             }
+            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
             // Services: claim new addresses / node ports before the write, free unused after.
             let txn = if is_service(info) && subresource.is_none() {
                 let txn = self
@@ -751,9 +744,6 @@ impl Api {
             } else {
                 None
             };
-            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.remove("resourceVersion");
-            }
             if dry_run {
                 if let Some(t) = txn {
                     t.rollback().await;
