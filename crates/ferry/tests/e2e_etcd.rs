@@ -294,8 +294,13 @@ async fn etcd_leader_killed_under_load() {
         .expect("start etcd (install etcd-server: scripts/test-deps.sh)");
     let data = dir.path().join("ferry");
     std::fs::create_dir_all(&data).expect("mkdir");
-    let (_a, kc_a) = start_apiserver(&data, &etcd.endpoints(), "a");
-    let (_b, kc_b) = start_apiserver(&data, &etcd.endpoints(), "b");
+    // The API servers use their first endpoint until it fails: make that the leader, so that
+    // killing it also breaks their connections and the watch feeding B's cache.
+    let first_leader = etcd.leader().await.expect("an etcd leader");
+    let mut endpoints = etcd.endpoints();
+    endpoints.rotate_left(first_leader);
+    let (_a, kc_a) = start_apiserver(&data, &endpoints, "a");
+    let (b_proc, kc_b) = start_apiserver(&data, &endpoints, "b");
     let api_a: Api<ConfigMap> = Api::namespaced(client(&kc_a).await, "default");
     let api_b: Api<ConfigMap> = Api::namespaced(client(&kc_b).await, "default");
 
@@ -350,7 +355,7 @@ async fn etcd_leader_killed_under_load() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (acked, attempted, worst) = writer.await.expect("writer");
     eprintln!(
-        "etcd leader {leader} killed {:?} ago; {} writes acknowledged, longest error window {worst:?}",
+        "etcd leader {leader} (first endpoint: {first_leader}) killed {:?} ago; {} writes acknowledged, longest error window {worst:?}",
         killed_at.elapsed(),
         acked.len()
     );
@@ -382,6 +387,14 @@ async fn etcd_leader_killed_under_load() {
     let mut expected: Vec<(String, i64)> = stored.into_iter().collect();
     expected.sort_by_key(|(_, rv)| *rv);
     assert_eq!(seen, expected, "watch across the etcd leader failure");
+    if leader == first_leader {
+        // The store watch feeding B's cache was on the killed member and was resumed elsewhere.
+        assert!(
+            b_proc.log().contains("etcd watch broke"),
+            "B's store watch was not resumed:\n{}",
+            b_proc.log()
+        );
+    }
 }
 
 fn lease_holder(f: &Path) -> Option<String> {
