@@ -482,6 +482,22 @@ impl Api {
         res.strategy.prepare_create(&mut obj);
         res.strategy.default(&mut obj);
         let name = objects::name(&obj).to_string();
+        let key = res.key(url_ns.as_deref(), &name);
+        // Services: addresses and node ports are claimed in the store before validation and
+        // the write (upstream's BeginCreate), and released if either fails.
+        let txn = if is_service(info) && !name.is_empty() {
+            self.check_namespace(res, url_ns.as_deref()).await?;
+            if self.store.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(info, &name));
+            }
+            Some(
+                self.services
+                    .allocate_create(self.store.as_ref(), &mut obj, dry_run)
+                    .await?,
+            )
+        } else {
+            None
+        };
         let mut errs = res.strategy.validate(&obj, None);
         if name.is_empty() && errs.is_empty() {
             errs.push(ferry_api::errors::FieldError::required(
@@ -490,28 +506,14 @@ impl Api {
             ));
         }
         if !errs.is_empty() {
+            if let Some(t) = txn {
+                t.rollback().await;
+            }
             return Err(ApiError::invalid(info, &name, &errs));
         }
-        self.check_namespace(res, url_ns.as_deref()).await?;
-        let key = res.key(url_ns.as_deref(), &name);
-        // Services: addresses and node ports are claimed in the store before the write.
-        let txn = if is_service(info) {
-            if self.store.get(&key).await?.is_some() {
-                return Err(ApiError::already_exists(info, &name));
-            }
-            let txn = self
-                .services
-                .allocate_create(self.store.as_ref(), &mut obj, dry_run)
-                .await?;
-            let errs = res.strategy.validate(&obj, None);
-            if !errs.is_empty() {
-                txn.rollback().await;
-                return Err(ApiError::invalid(info, &name, &errs));
-            }
-            Some(txn)
-        } else {
-            None
-        };
+        if txn.is_none() {
+            self.check_namespace(res, url_ns.as_deref()).await?;
+        }
         if record_update {
             let manager = q.get("fieldManager").unwrap_or("");
             crate::managed::record(&mut obj, None, manager, "Update", None, info);
@@ -682,7 +684,17 @@ impl Api {
                             .unwrap_or(0);
                         meta_mut(&mut new).insert("generation".into(), json!(g + 1));
                     }
-                    errs = res.strategy.validate(&new, Some(&old));
+                    errs = res
+                        .strategy
+                        .validate(&new, Some(&old))
+                        .into_iter()
+                        // Filled in by allocation below (and validated again then).
+                        .filter(|e| {
+                            !(is_service(info)
+                                && e.field == "spec.healthCheckNodePort"
+                                && e.kind == ferry_api::errors::ErrorType::Required)
+                        })
+                        .collect();
                 }
             }
             if !errs.is_empty() {
@@ -726,9 +738,6 @@ impl Api {
                     Err(e) => return Err(e.into()),
                 }
             }
-            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.remove("resourceVersion");
-            }
             // Services: claim new addresses / node ports before the write, free unused after.
             let txn = if is_service(info) && subresource.is_none() {
                 let txn = self
@@ -744,6 +753,9 @@ impl Api {
             } else {
                 None
             };
+            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
             if dry_run {
                 if let Some(t) = txn {
                     t.rollback().await;
@@ -1314,15 +1326,21 @@ impl Api {
                 "lastProbeTime": null, "lastTransitionTime": objects::rfc3339_in(0)}));
             v["status"]["conditions"] = json!(conds);
             if q.dry_run()? {
-                return Ok(Reply::json(201, &json!({"kind": "Status", "apiVersion": "v1",
-                    "metadata": {}, "status": "Success", "code": 201})));
+                return Ok(Reply::json(
+                    201,
+                    &json!({"kind": "Status", "apiVersion": "v1",
+                    "metadata": {}, "status": "Success", "code": 201}),
+                ));
             }
             let bytes =
                 Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
             match self.store.update(&key, bytes, kv.mod_revision).await {
                 Ok(_) => {
-                    return Ok(Reply::json(201, &json!({"kind": "Status", "apiVersion": "v1",
-                        "metadata": {}, "status": "Success", "code": 201})));
+                    return Ok(Reply::json(
+                        201,
+                        &json!({"kind": "Status", "apiVersion": "v1",
+                        "metadata": {}, "status": "Success", "code": 201}),
+                    ));
                 }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
