@@ -54,7 +54,12 @@ pub fn filter_query(raw: Option<&str>, keep: &[&str]) -> String {
         .join("&")
 }
 
-async fn get_json(server: &Server, plural: &str, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+async fn get_json(
+    server: &Server,
+    plural: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Result<Value, ApiError> {
     let res = server
         .api
         .resource("", "v1", plural)
@@ -68,7 +73,11 @@ async fn get_json(server: &Server, plural: &str, ns: Option<&str>, name: &str) -
         name: Some(name.to_string()),
         subresource: None,
     };
-    match server.api.get(&res, &rp, &Query::parse(None), Want::Json).await? {
+    match server
+        .api
+        .get(&res, &rp, &Query::parse(None), Want::Json)
+        .await?
+    {
         Reply::Json { body, .. } => serde_json::from_slice(&body)
             .map_err(|e| ApiError::new(500, "InternalError", e.to_string())),
         Reply::Stream { .. } => Err(ApiError::new(500, "InternalError", "unexpected stream")),
@@ -78,7 +87,10 @@ async fn get_json(server: &Server, plural: &str, ns: Option<&str>, name: &str) -
 /// Picks the container: the `container` parameter, else the only one, else the
 /// `kubectl.kubernetes.io/default-container` annotation.
 pub fn pick_container(pod: &Value, asked: Option<&str>) -> Result<String, ApiError> {
-    let name = pod.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let name = pod
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let names: Vec<&str> = ["containers", "initContainers", "ephemeralContainers"]
         .iter()
         .flat_map(|k| {
@@ -123,13 +135,17 @@ pub fn agent_address(node: &Value) -> Option<String> {
     let port = node
         .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
         .and_then(Value::as_u64)?;
-    let addrs = node.pointer("/status/addresses").and_then(Value::as_array)?;
-    let host = ["InternalIP", "ExternalIP", "Hostname"].iter().find_map(|t| {
-        addrs
-            .iter()
-            .find(|a| a.get("type").and_then(Value::as_str) == Some(t))
-            .and_then(|a| a.get("address").and_then(Value::as_str))
-    })?;
+    let addrs = node
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)?;
+    let host = ["InternalIP", "ExternalIP", "Hostname"]
+        .iter()
+        .find_map(|t| {
+            addrs
+                .iter()
+                .find(|a| a.get("type").and_then(Value::as_str) == Some(t))
+                .and_then(|a| a.get("address").and_then(Value::as_str))
+        })?;
     Some(if host.contains(':') {
         format!("[{host}]:{port}")
     } else {
@@ -138,14 +154,22 @@ pub fn agent_address(node: &Value) -> Option<String> {
 }
 
 /// Handles `GET .../pods/<name>/log` and `GET|POST .../pods/<name>/exec`.
-pub async fn handle(server: Arc<Server>, req: Request<Incoming>, rp: &ResourcePath) -> Response<Body> {
+pub async fn handle(
+    server: Arc<Server>,
+    req: Request<Incoming>,
+    rp: &ResourcePath,
+) -> Response<Body> {
     match proxy(server, req, rp).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     }
 }
 
-async fn proxy(server: Arc<Server>, req: Request<Incoming>, rp: &ResourcePath) -> Result<Response<Body>, ApiError> {
+async fn proxy(
+    server: Arc<Server>,
+    req: Request<Incoming>,
+    rp: &ResourcePath,
+) -> Result<Response<Body>, ApiError> {
     let ns = rp.namespace.as_deref().unwrap_or("default");
     let name = rp.name.as_deref().ok_or_else(ApiError::not_found_path)?;
     let sub = rp.subresource.as_deref().unwrap_or("");
@@ -158,7 +182,10 @@ async fn proxy(server: Arc<Server>, req: Request<Incoming>, rp: &ResourcePath) -
     let pod = get_json(&server, "pods", Some(ns), name).await?;
     let container = pick_container(&pod, q.get("container"))?;
     if is_exec {
-        let phase = pod.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+        let phase = pod
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         if phase == "Succeeded" || phase == "Failed" {
             return Err(ApiError::bad_request(format!(
                 "cannot exec into a container in a completed pod; current phase is {phase}"
@@ -169,7 +196,9 @@ async fn proxy(server: Arc<Server>, req: Request<Incoming>, rp: &ResourcePath) -
         .pointer("/spec/nodeName")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
-        .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("pod {name} does not have a host assigned"))
+        })?;
     let node = get_json(&server, "nodes", None, node_name).await?;
     let addr = agent_address(&node).ok_or_else(|| {
         ApiError::new(
@@ -259,7 +288,11 @@ async fn proxy(server: Arc<Server>, req: Request<Incoming>, rp: &ResourcePath) -
         let code = status.as_u16();
         return Err(ApiError::new(
             if code == 401 { 500 } else { code },
-            if code == 404 { "NotFound" } else { "BadRequest" },
+            if code == 404 {
+                "NotFound"
+            } else {
+                "BadRequest"
+            },
             msg,
         ));
     }
@@ -295,7 +328,10 @@ mod tests {
         let two = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}, {"name": "b"}],
             "initContainers": [{"name": "i"}]}});
         let e = pick_container(&two, None).expect_err("two");
-        assert_eq!(e.message, "a container name must be specified for pod p, choose one of: [a b]");
+        assert_eq!(
+            e.message,
+            "a container name must be specified for pod p, choose one of: [a b]"
+        );
         assert_eq!(pick_container(&two, Some("i")).expect("init"), "i");
         let e = pick_container(&two, Some("z")).expect_err("bad");
         assert_eq!(e.message, "container z is not valid for pod p");
@@ -312,7 +348,10 @@ mod tests {
         assert_eq!(agent_address(&node).as_deref(), Some("127.0.0.1:10250"));
         assert_eq!(agent_address(&json!({})), None);
         assert_eq!(
-            filter_query(Some("command=cat&command=%2Fetc&container=c&stdout=true&x=1"), EXEC_PARAMS),
+            filter_query(
+                Some("command=cat&command=%2Fetc&container=c&stdout=true&x=1"),
+                EXEC_PARAMS
+            ),
             "command=cat&command=%2Fetc&stdout=true"
         );
         assert_eq!(encode("a b/c"), "a%20b%2Fc");

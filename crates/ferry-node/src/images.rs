@@ -241,7 +241,8 @@ mod tests {
     #[test]
     fn launch_table() {
         let ip: IpAddr = "127.100.0.5".parse().expect("ip");
-        let cases: Vec<(&str, Vec<String>, Vec<String>, Result<Launch, ()>)> = vec![
+        type Case<'a> = (&'a str, Vec<String>, Vec<String>, Result<Launch, ()>);
+        let cases: Vec<Case> = vec![
             (
                 "registry.k8s.io/serve_hostname",
                 vec![],

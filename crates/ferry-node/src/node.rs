@@ -197,13 +197,13 @@ pub async fn heartbeat(
         if let Err(e) = leases.patch(&f.name, &pp, &Patch::Apply(&lease)).await {
             // Fall back to create/replace when server-side apply is unavailable.
             tracing::debug!("lease apply: {e}");
-            if let Ok(l) = serde_json::from_value::<Lease>(lease.clone()) {
-                if leases.create(&PostParams::default(), &l).await.is_err() {
-                    let m = json!({"spec": lease["spec"].clone()});
-                    let _ = leases
-                        .patch(&f.name, &PatchParams::default(), &Patch::Merge(&m))
-                        .await;
-                }
+            if let Ok(l) = serde_json::from_value::<Lease>(lease.clone())
+                && leases.create(&PostParams::default(), &l).await.is_err()
+            {
+                let m = json!({"spec": lease["spec"].clone()});
+                let _ = leases
+                    .patch(&f.name, &PatchParams::default(), &Patch::Merge(&m))
+                    .await;
             }
         }
         if last_status.elapsed() >= status_every {

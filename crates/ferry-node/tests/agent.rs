@@ -21,14 +21,19 @@ struct Cluster {
 impl Cluster {
     async fn start(pod_cidr: &str) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).expect("store"));
+        let store =
+            Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).expect("store"));
         let stop = CancellationToken::new();
         let cfg = ferry_apiserver::Config {
             data_dir: dir.path().join("api"),
             ..Default::default()
         };
-        let running = ferry_apiserver::start(cfg, store, stop.clone()).await.expect("apiserver");
-        let client = ferry_node::client(Some(&running.kubeconfig)).await.expect("client");
+        let running = ferry_apiserver::start(cfg, store, stop.clone())
+            .await
+            .expect("apiserver");
+        let client = ferry_node::client(Some(&running.kubeconfig))
+            .await
+            .expect("client");
         let mut args = ferry_node::AgentArgs::defaults();
         args.kubeconfig = Some(running.kubeconfig.clone());
         args.node_name = Some("node-a".into());
@@ -68,7 +73,10 @@ impl Cluster {
         v["kind"] = json!("Pod");
         v["spec"]["nodeName"] = json!("node-a");
         let p: Pod = serde_json::from_value(v).expect("pod");
-        self.pods().create(&PostParams::default(), &p).await.expect("create pod")
+        self.pods()
+            .create(&PostParams::default(), &p)
+            .await
+            .expect("create pod")
     }
 
     async fn wait_pod(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Pod {
@@ -79,15 +87,26 @@ impl Cluster {
             {
                 return p;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {name}: {what}: {:?}",
-                self.pods().get_opt(name).await.ok().flatten().and_then(|p| p.status));
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {name}: {what}: {:?}",
+                self.pods()
+                    .get_opt(name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|p| p.status)
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
 
 fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 fn ready(p: &Pod) -> bool {
@@ -110,7 +129,9 @@ fn restarts(p: &Pod) -> i32 {
 async fn http_get(addr: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
     let mut out = String::new();
     s.read_to_string(&mut out).await.expect("read");
     out.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
@@ -123,11 +144,29 @@ async fn node_pods_env_logs_exec_termination() {
     let nodes: Api<Node> = Api::all(c.client.clone());
     let node = nodes.get("node-a").await.expect("node");
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("kubernetes.io/hostname").map(String::as_str), Some("node-a"));
-    assert_eq!(labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("zone-1"));
-    assert_eq!(labels.get("topology.kubernetes.io/region").map(String::as_str), Some("region-1"));
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some("node-a")
+    );
+    assert_eq!(
+        labels
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("zone-1")
+    );
+    assert_eq!(
+        labels
+            .get("topology.kubernetes.io/region")
+            .map(String::as_str),
+        Some("region-1")
+    );
     let st = node.status.clone().expect("status");
-    assert!(st.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    assert!(
+        st.conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
     assert!(st.allocatable.unwrap_or_default().contains_key("memory"));
     let leases: Api<Lease> = Api::namespaced(c.client.clone(), "kube-node-lease");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -140,12 +179,21 @@ async fn node_pods_env_logs_exec_termination() {
     c.create_pod(json!({"metadata": {"name": "hostnames-a"},
         "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/serve_hostname"}]}}))
         .await;
-    let p = c.wait_pod("hostnames-a", "ready", |p| phase(p) == "Running" && ready(p)).await;
-    let ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("podIP");
+    let p = c
+        .wait_pod("hostnames-a", "ready", |p| {
+            phase(p) == "Running" && ready(p)
+        })
+        .await;
+    let ip = p
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("podIP");
     assert!(ip.starts_with("127.100.41."), "{ip}");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let ok = tokio::time::timeout(Duration::from_secs(1), http_get(&format!("{ip}:9376"))).await;
+        let ok =
+            tokio::time::timeout(Duration::from_secs(1), http_get(&format!("{ip}:9376"))).await;
         if let Ok(body) = ok {
             assert_eq!(body, "hostnames-a");
             break;
@@ -156,8 +204,14 @@ async fn node_pods_env_logs_exec_termination() {
 
     // Environment: fieldRef, configMapKeyRef, secretKeyRef, service links.
     let cms: Api<ConfigMap> = Api::namespaced(c.client.clone(), "default");
-    cms.create(&PostParams::default(), &serde_json::from_value(json!({
-        "metadata": {"name": "cfg"}, "data": {"color": "blue"}})).expect("cm")).await.expect("cm");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+        "metadata": {"name": "cfg"}, "data": {"color": "blue"}}))
+        .expect("cm"),
+    )
+    .await
+    .expect("cm");
     let secrets: Api<Secret> = Api::namespaced(c.client.clone(), "default");
     secrets.create(&PostParams::default(), &serde_json::from_value(json!({
         "metadata": {"name": "sec"}, "stringData": {"pw": "hunter2"}, "data": {"pw": "aHVudGVyMg=="}})).expect("s")).await.expect("secret");
@@ -172,12 +226,22 @@ async fn node_pods_env_logs_exec_termination() {
                 {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "pw"}}},
                 {"name": "GREETING", "value": "hello $(MY_NAME)"}]}]}}))
         .await;
-    let p = c.wait_pod("envpod", "ready", |p| phase(p) == "Running" && ready(p)).await;
-    let pod_ip = p.status.as_ref().and_then(|s| s.pod_ip.clone()).expect("ip");
+    let p = c
+        .wait_pod("envpod", "ready", |p| phase(p) == "Running" && ready(p))
+        .await;
+    let pod_ip = p
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("ip");
     // kubectl logs equivalent through the API server.
     let deadline = Instant::now() + Duration::from_secs(10);
     let logs = loop {
-        let l = c.pods().logs("envpod", &LogParams::default()).await.unwrap_or_default();
+        let l = c
+            .pods()
+            .logs("envpod", &LogParams::default())
+            .await
+            .unwrap_or_default();
         if l.contains("started") {
             break l;
         }
@@ -194,23 +258,44 @@ async fn node_pods_env_logs_exec_termination() {
     ] {
         assert!(logs.lines().any(|l| l == want), "missing {want} in\n{logs}");
     }
-    let tail = c.pods().logs("envpod", &LogParams { tail_lines: Some(1), ..Default::default() }).await.expect("tail");
+    let tail = c
+        .pods()
+        .logs(
+            "envpod",
+            &LogParams {
+                tail_lines: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("tail");
     assert_eq!(tail, "started\n");
 
     // exec through the API server (kube-rs WebSocket client).
     let mut att = c
         .pods()
-        .exec("envpod", ["cat", "/etc/resolv.conf"], &AttachParams::default().stderr(false))
+        .exec(
+            "envpod",
+            ["cat", "/etc/resolv.conf"],
+            &AttachParams::default().stderr(false),
+        )
         .await
         .expect("exec");
     let mut out = String::new();
     {
         use tokio::io::AsyncReadExt;
-        att.stdout().expect("stdout").read_to_string(&mut out).await.expect("read");
+        att.stdout()
+            .expect("stdout")
+            .read_to_string(&mut out)
+            .await
+            .expect("read");
     }
     att.join().await.expect("join");
     let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false);
     if root {
         assert!(
@@ -219,7 +304,12 @@ async fn node_pods_env_logs_exec_termination() {
         );
         assert!(out.contains("options ndots:5\n"), "{out}");
         // kubectl 1.32 (WebSocket v5) as well, with the exit code passed through.
-        if std::process::Command::new("kubectl").arg("version").arg("--client").output().is_ok() {
+        if std::process::Command::new("kubectl")
+            .arg("version")
+            .arg("--client")
+            .output()
+            .is_ok()
+        {
             let o = std::process::Command::new("kubectl")
                 .env("KUBECONFIG", &c.kubeconfig)
                 .args(["exec", "envpod", "--", "cat", "/etc/resolv.conf"])
@@ -232,29 +322,49 @@ async fn node_pods_env_logs_exec_termination() {
                 .args(["exec", "envpod", "--", "sh", "-c", "hostname; exit 3"])
                 .output()
                 .expect("kubectl");
-            assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(
+                o.status.code(),
+                Some(3),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             assert_eq!(String::from_utf8_lossy(&o.stdout), "envpod\n");
             let o = std::process::Command::new("kubectl")
                 .env("KUBECONFIG", &c.kubeconfig)
                 .args(["logs", "envpod", "--tail=1"])
                 .output()
                 .expect("kubectl");
-            assert_eq!(String::from_utf8_lossy(&o.stdout), "started\n", "{}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(
+                String::from_utf8_lossy(&o.stdout),
+                "started\n",
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
     }
 
     // Graceful termination: the pod stays (terminating, not ready) while its process handles
     // SIGTERM, then the agent removes it.
-    c.pods().delete("envpod", &DeleteParams::default()).await.expect("delete");
+    c.pods()
+        .delete("envpod", &DeleteParams::default())
+        .await
+        .expect("delete");
     let t0 = Instant::now();
-    let p = c.wait_pod("envpod", "terminating and unready", |p| p.metadata.deletion_timestamp.is_some() && !ready(p)).await;
+    let p = c
+        .wait_pod("envpod", "terminating and unready", |p| {
+            p.metadata.deletion_timestamp.is_some() && !ready(p)
+        })
+        .await;
     assert!(p.metadata.deletion_timestamp.is_some());
     let deadline = Instant::now() + Duration::from_secs(10);
     while c.pods().get_opt("envpod").await.expect("get").is_some() {
         assert!(Instant::now() < deadline, "pod not removed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(t0.elapsed() >= Duration::from_millis(900), "SIGTERM handler's sleep was cut short");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "SIGTERM handler's sleep was cut short"
+    );
     c.shutdown().await;
 }
 
@@ -269,7 +379,9 @@ async fn probes_restart_policy_and_failures() {
             "readinessProbe": {"exec": {"command": ["test", "-f", flag.display().to_string()]},
                 "periodSeconds": 1}}]}}))
         .await;
-    let p = c.wait_pod("probed", "running", |p| phase(p) == "Running").await;
+    let p = c
+        .wait_pod("probed", "running", |p| phase(p) == "Running")
+        .await;
     assert!(!ready(&p));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!ready(&c.pods().get("probed").await.expect("get")));
@@ -285,25 +397,38 @@ async fn probes_restart_policy_and_failures() {
         ("onfailure", "OnFailure", "exit 2"),
         ("always", "Always", "exit 0"),
     ] {
-        c.create_pod(json!({"metadata": {"name": name}, "spec": {"restartPolicy": policy,
-            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", cmd]}]}}))
-            .await;
+        c.create_pod(
+            json!({"metadata": {"name": name}, "spec": {"restartPolicy": policy,
+            "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", cmd]}]}}),
+        )
+        .await;
     }
-    c.wait_pod("never-fail", "Failed", |p| phase(p) == "Failed").await;
-    let p = c.wait_pod("never-ok", "Succeeded", |p| phase(p) == "Succeeded").await;
+    c.wait_pod("never-fail", "Failed", |p| phase(p) == "Failed")
+        .await;
+    let p = c
+        .wait_pod("never-ok", "Succeeded", |p| phase(p) == "Succeeded")
+        .await;
     assert_eq!(restarts(&p), 0);
-    c.wait_pod("onfailure", "restarted", |p| restarts(p) >= 2).await;
-    c.wait_pod("always", "restarted", |p| restarts(p) >= 2).await;
+    c.wait_pod("onfailure", "restarted", |p| restarts(p) >= 2)
+        .await;
+    c.wait_pod("always", "restarted", |p| restarts(p) >= 2)
+        .await;
 
     // No command for an unknown image: a clear reason and an Event.
     c.create_pod(json!({"metadata": {"name": "noimage"},
         "spec": {"containers": [{"name": "c", "image": "redis:7"}]}}))
         .await;
-    let p = c.wait_pod("noimage", "CreateContainerError", |p| {
-        p.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first())
-            .and_then(|c| c.state.as_ref()).and_then(|s| s.waiting.as_ref())
-            .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerError"))
-    }).await;
+    let p = c
+        .wait_pod("noimage", "CreateContainerError", |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerError"))
+        })
+        .await;
     assert_eq!(phase(&p), "Pending");
 
     // An FQDN over 64 characters keeps the pod from starting, with an Event.
@@ -317,15 +442,25 @@ async fn probes_restart_policy_and_failures() {
     loop {
         let evs = events.list(&ListParams::default()).await.expect("events");
         let e = evs.items.iter().find(|e| {
-            e.involved_object.name.as_deref() == Some("longfqdn") && e.reason.as_deref() == Some("FailedCreatePodSandBox")
+            e.involved_object.name.as_deref() == Some("longfqdn")
+                && e.reason.as_deref() == Some("FailedCreatePodSandBox")
         });
         if let Some(e) = e {
-            assert!(e.message.as_deref().unwrap_or("").contains("is too long (64 characters is the max"), "{e:?}");
+            assert!(
+                e.message
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("is too long (64 characters is the max"),
+                "{e:?}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "no FailedCreatePodSandBox event");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(phase(&c.pods().get("longfqdn").await.expect("get")), "Pending");
+    assert_eq!(
+        phase(&c.pods().get("longfqdn").await.expect("get")),
+        "Pending"
+    );
     c.shutdown().await;
 }
