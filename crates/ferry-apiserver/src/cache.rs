@@ -281,6 +281,79 @@ impl Cache {
         self.revision.send_replace(rev);
     }
 
+    /// Re-lists every resource from the store after the watch lost history (compaction):
+    /// differences from the cached state become synthetic events at the new revision, so caches
+    /// and their watchers converge without a gap. Returns the revision to follow from.
+    pub async fn resync(&self, store: &dyn Store) -> Result<Revision, StoreError> {
+        let revision = store.current_revision().await?;
+        for (prefix, rc) in &self.resources {
+            let res = store
+                .range(
+                    prefix,
+                    ferry_store::RangeOptions {
+                        revision,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let mut fresh: BTreeMap<String, Arc<CachedObject>> = BTreeMap::new();
+            for kv in res.kvs {
+                if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
+                    fresh.insert(kv.key, obj);
+                }
+            }
+            let old: Vec<(String, Arc<CachedObject>)> = {
+                let st = rc.state.read().unwrap_or_else(|e| e.into_inner());
+                st.items
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
+            let mut events: Vec<(String, CacheEvent)> = Vec::new();
+            for (key, prev) in &old {
+                if !fresh.contains_key(key)
+                    && let Some(object) = CachedObject::from_store(&prev.bytes, revision)
+                {
+                    events.push((
+                        key.clone(),
+                        CacheEvent {
+                            kind: EventType::Deleted,
+                            revision,
+                            object,
+                            prev: Some(prev.clone()),
+                        },
+                    ));
+                }
+            }
+            let old: BTreeMap<String, Arc<CachedObject>> = old.into_iter().collect();
+            for (key, obj) in fresh {
+                let ev = match old.get(&key) {
+                    Some(prev) if prev.revision == obj.revision => continue,
+                    Some(prev) => CacheEvent {
+                        kind: EventType::Modified,
+                        revision: obj.revision,
+                        object: obj,
+                        prev: Some(prev.clone()),
+                    },
+                    None => CacheEvent {
+                        kind: EventType::Added,
+                        revision: obj.revision,
+                        object: obj,
+                        prev: None,
+                    },
+                };
+                events.push((key, ev));
+            }
+            // Watchers skip revisions they have passed: deliver in revision order.
+            events.sort_by_key(|(_, e)| e.revision);
+            for (key, ev) in events {
+                rc.apply(&key, ev);
+            }
+        }
+        self.revision.send_replace(revision);
+        Ok(revision)
+    }
+
     fn resource_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
         // Keys are `<prefix><ns>/<name>` or `<prefix><name>`; try the longest matching prefix.
         let mut best: Option<(&String, &Arc<ResourceCache>)> = None;

@@ -105,9 +105,17 @@ pub async fn start(
                     _ = shutdown.cancelled() => return,
                     e = cache.follow(store.clone(), from) => e,
                 };
-                tracing::warn!("store watch ended: {err}; resuming");
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                from = cache.revision();
+                if matches!(err, ferry_store::StoreError::Compacted { .. }) {
+                    tracing::warn!("store watch ended: {err}; re-listing");
+                    match cache.resync(store.as_ref()).await {
+                        Ok(rev) => from = rev,
+                        Err(e) => tracing::warn!("re-list failed: {e}"),
+                    }
+                } else {
+                    tracing::warn!("store watch ended: {err}; resuming");
+                    from = cache.revision();
+                }
             }
         });
     }
