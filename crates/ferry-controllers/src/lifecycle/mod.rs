@@ -4,6 +4,10 @@
 pub mod gc;
 pub mod gc_core;
 pub mod graph;
+pub mod ipam;
+pub mod ipam_core;
+pub mod scheduler;
+pub mod scheduler_core;
 pub mod workload_core;
 pub mod workloads;
 
@@ -11,13 +15,33 @@ use anyhow::Result;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct LifecycleArgs {}
+pub struct LifecycleArgs {
+    /// Node IPAM, classic mode: the pod network, one CIDR or two of different families
+    /// (comma-separated). Without it, nodes get pod CIDRs only from ClusterCIDRConfigs.
+    #[arg(long = "cluster-cidr", value_delimiter = ',')]
+    pub cluster_cidr: Vec<ipnet::IpNet>,
+    /// Prefix length of each node's IPv4 block in the classic mode.
+    #[arg(long = "node-cidr-mask-size-ipv4", default_value_t = 24)]
+    pub node_cidr_mask_size_ipv4: u8,
+    /// Prefix length of each node's IPv6 block in the classic mode.
+    #[arg(long = "node-cidr-mask-size-ipv6", default_value_t = 64)]
+    pub node_cidr_mask_size_ipv6: u8,
+    /// Ranges never given to nodes (the service cluster IP range), comma-separated.
+    #[arg(
+        long = "node-ipam-excluded-cidrs",
+        value_delimiter = ',',
+        default_value = "10.96.0.0/12"
+    )]
+    pub node_ipam_excluded_cidrs: Vec<ipnet::IpNet>,
+    /// Run node IPAM (pod CIDRs for nodes).
+    #[arg(long = "allocate-node-cidrs", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allocate_node_cidrs: bool,
+    /// Run the minimal scheduler.
+    #[arg(long = "run-scheduler", default_value_t = true, action = clap::ArgAction::Set)]
+    pub run_scheduler: bool,
+}
 
-pub async fn run(
-    client: kube::Client,
-    _args: LifecycleArgs,
-    stop: CancellationToken,
-) -> Result<()> {
+pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationToken) -> Result<()> {
     let gc_task = {
         let client = client.clone();
         let stop = stop.clone();
@@ -27,9 +51,26 @@ pub async fn run(
             }
         })
     };
-    let workloads_task = tokio::spawn(workloads::run(client.clone(), stop.clone()));
+    let mut tasks = vec![tokio::spawn(workloads::run(client.clone(), stop.clone()))];
+    if args.run_scheduler {
+        tasks.push(tokio::spawn(scheduler::run(client.clone(), stop.clone())));
+    }
+    if args.allocate_node_cidrs {
+        let cfg = ipam::IpamConfig {
+            cluster_cidrs: args.cluster_cidr.clone(),
+            mask_v4: args.node_cidr_mask_size_ipv4,
+            mask_v6: args.node_cidr_mask_size_ipv6,
+            excluded: args.node_ipam_excluded_cidrs.clone(),
+        };
+        if let Err(e) = cfg.classic() {
+            anyhow::bail!("{e}");
+        }
+        tasks.push(tokio::spawn(ipam::run(client.clone(), cfg, stop.clone())));
+    }
     stop.cancelled().await;
     let _ = gc_task.await;
-    let _ = workloads_task.await;
+    for t in tasks {
+        let _ = t.await;
+    }
     Ok(())
 }

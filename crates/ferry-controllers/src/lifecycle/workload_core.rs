@@ -309,8 +309,10 @@ mod tests {
             (4, 1, st(2, 1), vec![st(3, 3)], vec![2]),
             (4, 0, st(1, 0), vec![st(4, 4)], vec![4]),
             (4, 0, st(1, 1), vec![st(4, 4)], vec![3]),
-            // Unhealthy old replicas go first, even beyond the available budget.
-            (4, 1, st(1, 0), vec![st(4, 2)], vec![2]),
+            // Unhealthy old replicas go first, within what may be scaled down.
+            (4, 1, st(1, 0), vec![st(4, 2)], vec![3]),
+            (4, 1, st(0, 0), vec![st(4, 2)], vec![3]),
+            (4, 2, st(0, 0), vec![st(4, 2)], vec![2]),
             // Oldest first.
             (4, 1, st(4, 4), vec![st(1, 1), st(1, 1)], vec![0, 0]),
             (2, 0, st(0, 0), vec![st(0, 0)], vec![0]),

@@ -1,0 +1,262 @@
+//! A minimal scheduler: binds pods without `spec.nodeName` (and with the default scheduler name)
+//! through `pods/binding` to the least loaded Ready, schedulable node matching their
+//! `nodeSelector`; pods that fit nowhere get `PodScheduled=False` and a `FailedScheduling` Event.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::scheduler_core::{self as core, NodeInfo, PodNeeds, Taint, Toleration};
+
+pub const SCHEDULER_NAME: &str = "default-scheduler";
+const RETRY_EVENT_AFTER: Duration = Duration::from_secs(30);
+
+fn informer<K>(client: &kube::Client, notify: Arc<Notify>, stop: CancellationToken) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let api: Api<K> = Api::all(client.clone());
+    tokio::spawn(async move {
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        );
+        futures::pin_mut!(stream);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => match ev {
+                    Some(Ok(_)) => notify.notify_one(),
+                    Some(Err(e)) => tracing::debug!("watch: {e}"),
+                    None => return,
+                }
+            }
+        }
+    });
+    reader
+}
+
+fn node_info(n: &Node, pods: usize) -> NodeInfo {
+    let spec = n.spec.clone().unwrap_or_default();
+    NodeInfo {
+        name: n.name_any(),
+        labels: n.labels().clone(),
+        ready: n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        unschedulable: spec.unschedulable == Some(true),
+        taints: spec
+            .taints
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| Taint {
+                key: t.key,
+                value: t.value.unwrap_or_default(),
+                effect: t.effect,
+            })
+            .collect(),
+        pods,
+    }
+}
+
+fn needs(p: &Pod) -> PodNeeds {
+    let spec = p.spec.clone().unwrap_or_default();
+    PodNeeds {
+        node_selector: spec.node_selector.unwrap_or_default(),
+        tolerations: spec
+            .tolerations
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| Toleration {
+                key: t.key.unwrap_or_default(),
+                operator: t.operator.unwrap_or_else(|| "Equal".into()),
+                value: t.value.unwrap_or_default(),
+                effect: t.effect.unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+fn terminal(p: &Pod) -> bool {
+    matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+pub async fn run(client: kube::Client, stop: CancellationToken) {
+    let notify = Arc::new(Notify::new());
+    let pods: Store<Pod> = informer(&client, notify.clone(), stop.clone());
+    let nodes: Store<Node> = informer(&client, notify.clone(), stop.clone());
+    for s in [
+        pods.wait_until_ready().boxed(),
+        nodes.wait_until_ready().boxed(),
+    ] {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = s => {}
+        }
+    }
+    // Pods bound by us but not yet seen bound in the cache: pod uid -> node.
+    let mut bound: HashMap<String, (String, Instant)> = HashMap::new();
+    // Pods reported unschedulable: uid -> (message, when).
+    let mut reported: HashMap<String, (String, Instant)> = HashMap::new();
+    loop {
+        let all_pods = pods.state();
+        let all_nodes = nodes.state();
+        bound.retain(|_, (_, t)| t.elapsed() < Duration::from_secs(10));
+        let mut load: HashMap<String, usize> = HashMap::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        for p in &all_pods {
+            let uid = p.uid().unwrap_or_default();
+            let node = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            if !node.is_empty() {
+                bound.remove(&uid);
+                if !terminal(p) {
+                    *load.entry(node).or_default() += 1;
+                }
+            } else if let Some((n, _)) = bound.get(&uid) {
+                *load.entry(n.clone()).or_default() += 1;
+            }
+            seen.insert(uid);
+        }
+        reported.retain(|uid, _| seen.contains(uid));
+        for p in &all_pods {
+            let uid = p.uid().unwrap_or_default();
+            let spec = p.spec.clone().unwrap_or_default();
+            let name_ok = spec
+                .scheduler_name
+                .as_deref()
+                .is_none_or(|s| s.is_empty() || s == SCHEDULER_NAME);
+            if !spec.node_name.as_deref().unwrap_or("").is_empty()
+                || p.metadata.deletion_timestamp.is_some()
+                || terminal(p)
+                || !name_ok
+                || bound.contains_key(&uid)
+                || spec
+                    .scheduling_gates
+                    .as_ref()
+                    .is_some_and(|g| !g.is_empty())
+            {
+                continue;
+            }
+            let infos: Vec<NodeInfo> = all_nodes
+                .iter()
+                .map(|n| node_info(n, load.get(&n.name_any()).copied().unwrap_or(0)))
+                .collect();
+            let ns = p.namespace().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            match core::choose(&needs(p), &infos) {
+                Ok(node) => {
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": p.name_any(), "namespace": ns},
+                        "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+                    match api
+                        .create_subresource::<serde_json::Value, serde_json::Value>(
+                            "binding",
+                            &p.name_any(),
+                            &PostParams::default(),
+                            &binding,
+                        )
+                        .await
+                    {
+                        Ok(_) => {
+                            tracing::info!("scheduled {ns}/{} to {node}", p.name_any());
+                            *load.entry(node.clone()).or_default() += 1;
+                            bound.insert(uid.clone(), (node, Instant::now()));
+                            reported.remove(&uid);
+                        }
+                        Err(e) => tracing::debug!("bind {ns}/{}: {e}", p.name_any()),
+                    }
+                }
+                Err(why) => {
+                    let msg = core::message(infos.len(), &why);
+                    let again = reported
+                        .get(&uid)
+                        .is_none_or(|(m, t)| *m != msg || t.elapsed() > RETRY_EVENT_AFTER);
+                    if again {
+                        unschedulable(&client, p, &msg).await;
+                        reported.insert(uid.clone(), (msg, Instant::now()));
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = notify.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+async fn unschedulable(client: &kube::Client, p: &Pod, msg: &str) {
+    let ns = p.namespace().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let patch = json!({"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+        "reason": "Unschedulable", "message": msg, "lastProbeTime": null, "lastTransitionTime": now.to_string()}]}});
+    // A strategic merge keyed by type keeps the other conditions.
+    let _ = api
+        .patch_status(
+            &p.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(patch),
+        )
+        .await;
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", p.name_any())),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(p.name_any()),
+            namespace: Some(ns.clone()),
+            uid: p.uid(),
+            resource_version: p.resource_version(),
+            ..Default::default()
+        },
+        reason: Some("FailedScheduling".into()),
+        message: Some(msg.to_string()),
+        type_: Some("Warning".into()),
+        source: Some(EventSource {
+            component: Some(SCHEDULER_NAME.into()),
+            host: None,
+        }),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        count: Some(1),
+        reporting_component: Some(SCHEDULER_NAME.into()),
+        ..Default::default()
+    };
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    if let Err(e) = events.create(&PostParams::default(), &ev).await {
+        tracing::debug!("event: {e}");
+    }
+}
