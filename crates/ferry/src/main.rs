@@ -108,6 +108,9 @@ fn main() -> Result<()> {
     })
 }
 
+/// The load-balancer pool of `ferry up` when none is given.
+const UP_LOADBALANCER_RANGE: &str = "127.0.0.240-127.0.0.254";
+
 /// The controllers inside `ferry up`, as ordinary clients of the API server just started.
 /// `extra` are `ferry controllers` flags passed through (`--controllers-arg=--flag=value`).
 fn start_controllers(
@@ -125,6 +128,14 @@ fn start_controllers(
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
     ];
+    // `ferry up` is a one-machine cluster: LoadBalancer Services get loopback addresses
+    // (as k3s ServiceLB hands out the node's address) unless a range is given.
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--loadbalancer-ip-range"))
+    {
+        argv.push(format!("--loadbalancer-ip-range={UP_LOADBALANCER_RANGE}"));
+    }
     argv.extend(extra.iter().cloned());
     let args = Wrap::try_parse_from(argv)
         .context("controller arguments")?
