@@ -77,11 +77,10 @@ pub fn decide(refs: &[Ref], finalizers: &[String], deleting: bool) -> Verdict {
     }
     let policy = if finalizers.iter().any(|f| f == "orphan") {
         Policy::Orphan
-    } else if finalizers.iter().any(|f| f == "foregroundDeletion") {
-        Policy::Foreground
-    } else if refs
-        .iter()
-        .any(|r| r.state == OwnerState::Waiting && r.block_owner_deletion)
+    } else if finalizers.iter().any(|f| f == "foregroundDeletion")
+        || refs
+            .iter()
+            .any(|r| r.state == OwnerState::Waiting && r.block_owner_deletion)
     {
         Policy::Foreground
     } else {
@@ -118,6 +117,7 @@ pub fn foreground(deps: &[Dependent]) -> (Vec<(usize, Policy)>, bool) {
     (delete, done)
 }
 
+#[allow(clippy::type_complexity)]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,6 +172,7 @@ pub fn allocate(pools: &[&Pool], taken: &[IpNet]) -> Option<(String, Vec<IpNet>)
     None
 }
 
+#[allow(clippy::type_complexity)]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,7 @@ pub fn message(total: usize, why: &Rejections) -> String {
     }
 }
 
+#[allow(clippy::type_complexity)]
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -195,6 +195,7 @@ pub fn template_hash(template_json: &str, collision_count: Option<i32>) -> Strin
         .collect()
 }
 
+#[allow(clippy::type_complexity)]
 #[cfg(test)]
 mod tests {
     use super::*;
