@@ -154,7 +154,11 @@ pub async fn start(
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;
-    bootstrap_kubernetes_service(&server.api, addr.port()).await?;
+    let endpoint_ip = match addr.ip() {
+        ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+        ip => ip,
+    };
+    bootstrap_kubernetes_service(&server.api, endpoint_ip, addr.port()).await?;
     {
         let api_for_repair = Arc::new(
             api::Api::new(store.clone(), server.api.cache.clone())
@@ -204,7 +208,11 @@ async fn bootstrap(api: &api::Api) -> Result<()> {
 
 /// Creates the `kubernetes` Service in `default` (ClusterIP = first address of the primary range,
 /// port 443 named `https`) when missing.
-async fn bootstrap_kubernetes_service(api: &api::Api, port: u16) -> Result<()> {
+async fn bootstrap_kubernetes_service(
+    api: &api::Api,
+    endpoint_ip: std::net::IpAddr,
+    port: u16,
+) -> Result<()> {
     let Some(res) = api.resource("", "v1", "services").cloned() else {
         return Ok(());
     };
@@ -230,6 +238,56 @@ async fn bootstrap_kubernetes_service(api: &api::Api, port: u16) -> Result<()> {
         Ok(_) => {}
         Err(e) if e.code == 409 => {}
         Err(e) => tracing::warn!("creating the kubernetes Service: {}", e.message),
+    }
+    // Its Endpoints name this API server (the mirroring controller turns them into a slice);
+    // Endpoints may not hold loopback addresses, so an API server on loopback has none.
+    let Some(eres) = api
+        .resource("", "v1", "endpoints")
+        .cloned()
+        .filter(|_| !endpoint_ip.is_loopback())
+    else {
+        return Ok(());
+    };
+    let ep = request::ResourcePath {
+        resource: "endpoints".into(),
+        name: Some("kubernetes".into()),
+        ..p
+    };
+    let desired = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": endpoint_ip.to_string()}],
+                     "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+    });
+    let create_path = request::ResourcePath {
+        name: None,
+        ..ep.clone()
+    };
+    let q = request::Query::default();
+    let result = match api.create(&eres, &create_path, &q, desired.clone()).await {
+        Err(e) if e.code == 409 => api
+            .guaranteed_update(
+                &eres,
+                &ep,
+                &q,
+                None,
+                false,
+                |old| {
+                    let mut next = desired.clone();
+                    if let Some(rv) = old.and_then(|o| o.pointer("/metadata/resourceVersion")) {
+                        next["metadata"]["resourceVersion"] = rv.clone();
+                    }
+                    Ok(next)
+                },
+                None,
+                true,
+            )
+            .await
+            .map(|_| ()),
+        other => other.map(|_| ()),
+    };
+    if let Err(e) = result {
+        tracing::warn!("writing the kubernetes Endpoints: {}", e.message);
     }
     Ok(())
 }
