@@ -480,11 +480,22 @@ impl Workloads {
             )
         });
         let want_template = template_sans_hash(Some(&spec.template));
+        let want_hash = core::template_hash(
+            &serde_json::to_string(&spec.template).unwrap_or_default(),
+            d.status.as_ref().and_then(|s| s.collision_count),
+        );
+        // The new ReplicaSet has the template (as upstream), or our hash for it (so that a
+        // server that defaults the two templates differently cannot make us loop).
         let new_rs = owned
             .iter()
             .rev()
             .find(|r| {
                 template_sans_hash(Some(&r.spec).and_then(|s| s.template.as_ref())) == want_template
+            })
+            .or_else(|| {
+                owned
+                    .iter()
+                    .find(|r| r.labels().get(HASH_LABEL) == Some(&want_hash))
             })
             .cloned();
         let olds: Vec<Arc<ReplicaSet>> = owned
@@ -565,9 +576,8 @@ impl Workloads {
                     .await;
             }
             None => {
-                let tjson = serde_json::to_string(&spec.template).unwrap_or_default();
                 let collision = d.status.as_ref().and_then(|s| s.collision_count);
-                let hash = core::template_hash(&tjson, collision);
+                let hash = want_hash.clone();
                 let mut template = spec.template.clone();
                 let mut tm = template.metadata.clone().unwrap_or_default();
                 tm.labels
