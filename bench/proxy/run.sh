@@ -36,7 +36,7 @@ if command -v haproxy >/dev/null 2>&1; then
   CFG=$(mktemp)
   cat >"$CFG" <<CFG
 global
-    maxconn 20000
+    maxconn 4000
     nbthread $(nproc)
 defaults
     mode tcp
@@ -52,7 +52,7 @@ CFG
   haproxy -f "$CFG" -db >/dev/null 2>&1 & PIDS+=($!)
   HAVE_HAP=1
 fi
-sleep 1
+sleep 2
 
 run() { timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
 echo "== $SECS s per phase, $CONNS parallel connections, $(nproc) cores =="

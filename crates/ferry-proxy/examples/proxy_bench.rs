@@ -120,8 +120,12 @@ async fn load(addr: SocketAddr, secs: f64, conns: usize) {
     for _ in 0..conns {
         let bytes = bytes.clone();
         tasks.push(tokio::spawn(async move {
-            let mut s = TcpStream::connect(addr).await.unwrap();
-            s.write_all(b"s").await.unwrap();
+            let Ok(mut s) = TcpStream::connect(addr).await else {
+                return;
+            };
+            if s.write_all(b"s").await.is_err() {
+                return;
+            }
             let mut buf = vec![0u8; 256 * 1024];
             while start.elapsed() < dur {
                 match s.read(&mut buf).await {
