@@ -313,3 +313,24 @@ async fn recreate_removes_old_pods_first() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn progress_deadline_exceeded_when_pods_never_become_ready() {
+    let c = start().await;
+    let deps: Api<Deployment> = Api::namespaced(c.client.clone(), "default");
+    let mut d = deployment("slow", 2, json!({}));
+    d.spec.progress_deadline_seconds = Some(1);
+    deps.create(&PostParams::default(), &d)
+        .await
+        .expect("create");
+    let timed_out = eventually(20, || async {
+        let d = deps.get("slow").await.ok()?;
+        d.status?.conditions?.into_iter().find(|c| {
+            c.type_.as_deref() == Some("Progressing")
+                && c.status.as_deref() == Some("False")
+                && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+        })
+    })
+    .await;
+    assert!(timed_out.is_some(), "no ProgressDeadlineExceeded");
+}

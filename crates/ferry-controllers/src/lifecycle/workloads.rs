@@ -771,6 +771,7 @@ impl Workloads {
     ) -> kube::Result<()> {
         let spec = Some(&d.spec);
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
+        let paused = spec.and_then(|s| s.paused) == Some(true);
         let st = |r: &ReplicaSet| r.status.clone().unwrap_or_default();
         let total: i32 = owned.iter().map(|r| st(r).replicas).sum();
         let spec_total: i32 = owned
@@ -853,12 +854,46 @@ impl Workloads {
                 "NewReplicaSetCreated",
                 format!("Created new replica set \"{}\"", n.name_any()),
             ),
-            Some(n) => cond(
-                "Progressing",
-                "True",
-                "ReplicaSetUpdated",
-                format!("ReplicaSet \"{}\" is progressing.", n.name_any()),
-            ),
+            Some(n) => {
+                // Progress (any count moved) refreshes the condition; none for
+                // progressDeadlineSeconds means the rollout timed out, as upstream.
+                let prev = cur_conds.iter().find(|c| c["type"] == "Progressing");
+                let progressed = cur.updated_replicas != Some(updated)
+                    || cur.ready_replicas != Some(ready)
+                    || cur.available_replicas != Some(available)
+                    || cur.replicas != Some(total);
+                let deadline = spec
+                    .and_then(|s| s.progress_deadline_seconds)
+                    .unwrap_or(600);
+                let last = prev
+                    .and_then(|p| p["lastUpdateTime"].as_str())
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                let timed_out = !progressed
+                    && !paused
+                    && (prev.is_some_and(|p| p["reason"] == "ProgressDeadlineExceeded")
+                        || last.is_some_and(|t| {
+                            t.as_second() + i64::from(deadline) < jiff::Timestamp::now().as_second()
+                        }));
+                if timed_out {
+                    cond(
+                        "Progressing",
+                        "False",
+                        "ProgressDeadlineExceeded",
+                        format!("ReplicaSet \"{}\" has timed out progressing.", n.name_any()),
+                    )
+                } else {
+                    let mut c = cond(
+                        "Progressing",
+                        "True",
+                        "ReplicaSetUpdated",
+                        format!("ReplicaSet \"{}\" is progressing.", n.name_any()),
+                    );
+                    if progressed {
+                        c["lastUpdateTime"] = now.clone();
+                    }
+                    c
+                }
+            }
             None => cond(
                 "Progressing",
                 "Unknown",
