@@ -571,6 +571,15 @@ pub(crate) fn port_num_or_name(port: Option<&IntOrString>, path: &Path) -> Error
     }
 }
 
+static ALLOW_LOOPBACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ferry's loopback pod network (`ferry up` on one machine) puts pod and service addresses in
+/// 127.0.0.0/8, so endpoint and external IPs there must be accepted. Upstream rejects them; this
+/// switch is process-wide and off by default.
+pub fn allow_loopback_addresses(allow: bool) {
+    ALLOW_LOOPBACK.store(allow, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// ValidateNonSpecialIP: not unspecified, loopback, link-local or link-local multicast.
 pub(crate) fn non_special_ip(ip: &str, path: &Path) -> ErrorList {
     use std::net::IpAddr;
@@ -609,7 +618,7 @@ pub(crate) fn non_special_ip(ip: &str, path: &Path) -> ErrorList {
             format!("may not be unspecified ({ip})"),
         ));
     }
-    if loopback {
+    if loopback && !ALLOW_LOOPBACK.load(std::sync::atomic::Ordering::Relaxed) {
         errs.push(FieldError::invalid_str(
             path,
             ip,
