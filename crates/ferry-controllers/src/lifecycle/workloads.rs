@@ -316,6 +316,8 @@ impl Workloads {
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_terminal(p))
             .collect();
+        // Some(None): creations succeeded or were not needed; Some(Some(e)): a creation failed.
+        let mut failure: Option<Option<String>> = None;
         if !deleting && self.expectations_met(&uid, &ns) {
             // Adopt matching orphans.
             let mut adopted = 0;
@@ -347,7 +349,7 @@ impl Workloads {
             }
             let views: Vec<PodView> = active.iter().map(|p| pod_view(p)).collect();
             match core::replica_set_diff(spec.replicas.unwrap_or(1), &views) {
-                RsDiff::None => {}
+                RsDiff::None => failure = Some(None),
                 RsDiff::Create(n) => {
                     let mut e = Expect {
                         since: Some(Instant::now()),
@@ -375,9 +377,16 @@ impl Workloads {
                             }
                             Err(err) => {
                                 tracing::info!("replicaset {ns}/{name}: create pod: {err}");
+                                failure = Some(Some(match &err {
+                                    kube::Error::Api(s) => s.message.clone(),
+                                    e => e.to_string(),
+                                }));
                                 break;
                             }
                         }
+                    }
+                    if failure.is_none() {
+                        failure = Some(None);
                     }
                     self.expect.insert(uid.clone(), e);
                 }
@@ -427,9 +436,47 @@ impl Workloads {
             "observedGeneration": rs.metadata.generation,
         });
         let cur = serde_json::to_value(rs.status.as_ref()).unwrap_or(Value::Null);
-        let differs = want
+        let mut want = want;
+        let mut differs = want
             .as_object()
             .is_some_and(|m| m.iter().any(|(k, v)| cur.get(k).unwrap_or(&json!(0)) != v));
+        // The ReplicaFailure condition, as upstream: set when a pod cannot be created, cleared
+        // once creations work again.
+        let cur_conds: Vec<Value> = cur
+            .get("conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let has_failure = cur_conds.iter().any(|c| c["type"] == "ReplicaFailure");
+        let conds = match &failure {
+            Some(Some(msg)) => {
+                let mut v: Vec<Value> = cur_conds
+                    .iter()
+                    .filter(|c| c["type"] != "ReplicaFailure")
+                    .cloned()
+                    .collect();
+                v.push(
+                    json!({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                    "message": msg, "lastTransitionTime": jiff::Timestamp::now().to_string()}),
+                );
+                let same = cur_conds
+                    .iter()
+                    .any(|c| c["type"] == "ReplicaFailure" && c["message"] == msg.as_str());
+                (!same).then_some(v)
+            }
+            Some(None) if has_failure => Some(
+                cur_conds
+                    .iter()
+                    .filter(|c| c["type"] != "ReplicaFailure")
+                    .cloned()
+                    .collect(),
+            ),
+            _ => None,
+        };
+        if let Some(c) = conds {
+            want["conditions"] = if c.is_empty() { Value::Null } else { json!(c) };
+            differs = true;
+        }
         if differs {
             let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
             api.patch_status(
