@@ -217,7 +217,7 @@ fn get_output_formats() {
         let order: Vec<&str> = sorted.lines().collect();
         assert_eq!(
             order,
-            vec!["service/hostnames", "service/my-service"],
+            vec!["service/hostnames", "service/kubernetes", "service/my-service"],
             "{sorted}"
         );
         let labels = f.k(&bin, &["get", "pods", "--show-labels"]);
