@@ -4,6 +4,11 @@
 //!
 //! `cargo bench -p ferry-controllers --bench services` (SERVICES / PODS_PER_SERVICE override the
 //! scale).
+//!
+//! First figures (2 shared cores, release build, API server + controller in one process, 64
+//! concurrent writers): 1000 x 10 -> 21 000 writes (Services, pods, pod status) in 10.0 s, every
+//! slice right 12.8 s after the start (2.8 s after the last write); one pod turning unready ->
+//! slice written and seen in 19.4 ms median, 31.8 ms max (20 samples).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
