@@ -194,10 +194,7 @@ fn get_output_formats() {
             ],
         );
         // Only the seed Deployment's pods (made by the ReplicaSet controller) lack the label.
-        assert!(
-            l.lines().all(|p| p.starts_with("pod/hostnames-")),
-            "{l}"
-        );
+        assert!(l.lines().all(|p| p.starts_with("pod/hostnames-")), "{l}");
         let fs = f.k(
             &bin,
             &[
@@ -217,7 +214,11 @@ fn get_output_formats() {
         let order: Vec<&str> = sorted.lines().collect();
         assert_eq!(
             order,
-            vec!["service/hostnames", "service/kubernetes", "service/my-service"],
+            vec![
+                "service/hostnames",
+                "service/kubernetes",
+                "service/my-service"
+            ],
             "{sorted}"
         );
         let labels = f.k(&bin, &["get", "pods", "--show-labels"]);
