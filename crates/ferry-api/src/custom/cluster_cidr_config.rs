@@ -23,6 +23,7 @@ pub const PLURAL: &str = "clustercidrconfigs";
 /// One address family's pool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.google.gke.cluster.baremetal.v1alpha1.CIDRBlock")]
 pub struct CidrBlock {
     /// The pool, e.g. `10.0.0.0/16`.
     #[serde(default)]
@@ -32,15 +33,21 @@ pub struct CidrBlock {
     pub per_node_mask_size: i32,
 }
 
+// Optional fields are declared with their plain schema: Kubernetes schemas never allow `null`
+// (kubectl 1.20 rejects `type: [T, null]`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "com.google.gke.cluster.baremetal.v1alpha1.ClusterCIDRConfigSpec")]
 pub struct ClusterCIDRConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "CidrBlock")]
     pub ipv4: Option<CidrBlock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "CidrBlock")]
     pub ipv6: Option<CidrBlock>,
     /// The nodes this config serves; empty or absent selects every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LabelSelector")]
     pub node_selector: Option<LabelSelector>,
 }
 
@@ -49,8 +56,10 @@ pub struct ClusterCIDRConfigSpec {
 #[schemars(rename = "com.google.gke.cluster.baremetal.v1alpha1.ClusterCIDRConfig")]
 pub struct ClusterCIDRConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub api_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub kind: Option<String>,
     #[serde(default)]
     pub metadata: ObjectMeta,
