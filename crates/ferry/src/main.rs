@@ -8,6 +8,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+mod up;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "ferry",
@@ -33,10 +35,16 @@ enum Command {
     Agent(ferry_node::AgentArgs),
     /// Run the service proxy.
     Proxy(ferry_proxy::ProxyArgs),
+    /// Run one of the built-in container images (used by the node agent).
+    #[command(hide = true)]
+    BuiltinImage {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args, Debug, Clone)]
-struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// Where Ferry keeps its state, certificates and the admin kubeconfig.
     #[arg(long, default_value = "./.ferry")]
     data_dir: PathBuf,
@@ -49,9 +57,10 @@ struct ServerArgs {
     /// Extra DNS names or IPs for the API server's certificate (repeatable).
     #[arg(long = "tls-san")]
     tls_san: Vec<String>,
-    /// `ferry up` only: where cluster DNS listens (UDP and TCP); `off` disables it.
-    #[arg(long, default_value = "127.0.0.1:1053")]
-    listen_dns: String,
+    /// `ferry up` only: where cluster DNS listens (UDP and TCP); `off` disables it. Default:
+    /// the kube-dns Service IP, port 53, as root; 127.0.0.1:1053 otherwise.
+    #[arg(long)]
+    listen_dns: Option<String>,
     /// `ferry up` only: where cluster DNS serves /healthz, /readyz and /metrics.
     #[arg(long, default_value = "127.0.0.1:9153")]
     dns_metrics_listen: SocketAddr,
@@ -76,9 +85,22 @@ struct ServerArgs {
     #[arg(long, default_value = "/registry")]
     etcd_prefix: String,
     /// Service ClusterIP range: one CIDR, or two of different families for dual-stack
-    /// (the first is the primary family).
-    #[arg(long, default_value = "10.96.0.0/12")]
-    service_cluster_ip_range: String,
+    /// (the first is the primary family). Default: 10.96.0.0/12 for `ferry apiserver`;
+    /// 127.96.0.0/16 for `ferry up`, whose loopback network keeps everything on this machine.
+    #[arg(long)]
+    service_cluster_ip_range: Option<String>,
+    /// `ferry up` only: the pod network (node pod CIDRs are carved from it).
+    #[arg(long, default_value = "127.100.0.0/16")]
+    cluster_cidr: String,
+    /// `ferry up` only: the node agent's endpoint port (logs, exec); 0 picks a free one.
+    #[arg(long, default_value_t = 10250)]
+    agent_port: u16,
+    /// `ferry up` only: the node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+    /// `ferry up` only: the proxy's /healthz address; `off` disables it.
+    #[arg(long, default_value = "127.0.0.1:10256")]
+    proxy_healthz_listen: String,
     /// Node port range (inclusive).
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
@@ -104,90 +126,9 @@ fn main() -> Result<()> {
             Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
             Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
+            Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
         }
     })
-}
-
-/// The load-balancer pool of `ferry up` when none is given.
-const UP_LOADBALANCER_RANGE: &str = "127.0.0.240-127.0.0.254";
-
-/// The controllers inside `ferry up`, as ordinary clients of the API server just started.
-/// `extra` are `ferry controllers` flags passed through (`--controllers-arg=--flag=value`).
-fn start_controllers(
-    kubeconfig: &std::path::Path,
-    shutdown: &CancellationToken,
-    extra: &[String],
-) -> Result<()> {
-    #[derive(Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        c: ferry_controllers::ControllersArgs,
-    }
-    let mut argv: Vec<String> = vec![
-        "controllers".into(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-    ];
-    // `ferry up` is a one-machine cluster: LoadBalancer Services get loopback addresses
-    // (as k3s ServiceLB hands out the node's address) unless a range is given.
-    if !extra
-        .iter()
-        .any(|a| a.starts_with("--loadbalancer-ip-range"))
-    {
-        argv.push(format!("--loadbalancer-ip-range={UP_LOADBALANCER_RANGE}"));
-    }
-    argv.extend(extra.iter().cloned());
-    let args = Wrap::try_parse_from(argv)
-        .context("controller arguments")?
-        .c;
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ferry_controllers::run(args, stop.cancelled_owned()).await {
-            tracing::error!("controllers stopped: {e:#}");
-        }
-    });
-    Ok(())
-}
-
-/// Cluster DNS inside `ferry up`, as an ordinary client of the API server just started.
-fn start_dns(
-    a: &ServerArgs,
-    kubeconfig: &std::path::Path,
-    shutdown: &CancellationToken,
-) -> Result<()> {
-    #[derive(Parser)]
-    struct Wrap {
-        #[command(flatten)]
-        dns: ferry_dns::DnsArgs,
-    }
-    let mut argv: Vec<String> = vec![
-        "dns".into(),
-        "--kubeconfig".into(),
-        kubeconfig.display().to_string(),
-        "--listen".into(),
-        a.listen_dns.clone(),
-        "--metrics-listen".into(),
-        a.dns_metrics_listen.to_string(),
-    ];
-    if !a.dns_upstream.is_empty() {
-        argv.push("--upstream".into());
-        argv.push(
-            a.dns_upstream
-                .iter()
-                .map(|u| u.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-    }
-    let args = Wrap::try_parse_from(argv).context("DNS arguments")?.dns;
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ferry_dns::run(args, stop.cancelled_owned()).await {
-            tracing::error!("cluster DNS stopped: {e:#}");
-        }
-    });
-    eprintln!("ferry up: cluster DNS on {} (UDP and TCP)", a.listen_dns);
-    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -221,7 +162,20 @@ async fn open_store(a: &ServerArgs) -> Result<Arc<dyn ferry_store::Store>> {
     Ok(Arc::new(store))
 }
 
+/// The Service range in effect: the flag, or the mode's default.
+fn service_range(a: &ServerArgs, mode: &str) -> String {
+    match &a.service_cluster_ip_range {
+        Some(r) => r.clone(),
+        None if mode == "up" => up::SERVICE_RANGE.to_string(),
+        None => "10.96.0.0/12".to_string(),
+    }
+}
+
 async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
+    if mode == "up" {
+        // The loopback pod network puts pod, service and external addresses in 127.0.0.0/8.
+        ferry_api::validation::allow_loopback_addresses(true);
+    }
     std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("creating {}", a.data_dir.display()))?;
     let store = open_store(&a).await?;
@@ -236,7 +190,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         listen: a.listen_api,
         plain_http: a.plain_http,
         extra_sans: a.tls_san.clone(),
-        service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&a.service_cluster_ip_range)
+        service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&service_range(&a, mode))
             .context("--service-cluster-ip-range")?,
         node_port_range: a.service_node_port_range,
     };
@@ -248,10 +202,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         running.kubeconfig.display()
     );
     if mode == "up" {
-        start_controllers(&running.kubeconfig, &shutdown, &a.controllers_arg)?;
-        if a.listen_dns != "off" {
-            start_dns(&a, &running.kubeconfig, &shutdown)?;
-        }
+        up::start_services(&a, &running, &shutdown).await?;
     }
     shutdown_signal().await;
     tracing::info!("shutting down");

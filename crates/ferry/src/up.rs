@@ -1,0 +1,305 @@
+//! `ferry up`: the cluster's services around the API server, in one process, each an ordinary
+//! client of the API server just started — controllers, cluster DNS, a node agent for this host
+//! and the userspace service proxy — on the loopback pod network (pods, Services and load
+//! balancers all in 127.0.0.0/8, so nothing touches the machine's real network).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::ServerArgs;
+
+/// The Service range of `ferry up` when none is given.
+pub const SERVICE_RANGE: &str = "127.96.0.0/16";
+/// The load-balancer pool of `ferry up` when none is given.
+const LOADBALANCER_RANGE: &str = "127.0.0.240-127.0.0.254";
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The tenth address of the primary Service range: the kube-dns Service (as kubeadm does).
+fn kube_dns_ip(service_range: &str) -> Option<IpAddr> {
+    let first = service_range.split(',').next()?.trim();
+    let net: ipnet::IpNet = first.parse().ok()?;
+    match net.network() {
+        IpAddr::V4(a) => Some(IpAddr::V4(Ipv4Addr::from(u32::from(a).checked_add(10)?))),
+        IpAddr::V6(a) => Some(IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(a).checked_add(10)?,
+        ))),
+    }
+}
+
+/// The first node-sized block of the cluster CIDR (the one node IPAM gives the only node).
+fn first_pod_block(cluster_cidr: &str) -> Option<ipnet::IpNet> {
+    let net: ipnet::IpNet = cluster_cidr.split(',').next()?.trim().parse().ok()?;
+    let len = if net.addr().is_ipv4() { 24 } else { 64 };
+    net.subnets(len.max(net.prefix_len())).ok()?.next()
+}
+
+/// Starts controllers, DNS, agent and proxy; returns once they are spawned.
+pub async fn start_services(
+    a: &ServerArgs,
+    running: &ferry_apiserver::Running,
+    shutdown: &CancellationToken,
+) -> Result<()> {
+    let kubeconfig = running.kubeconfig.clone();
+    let service_range = crate::service_range(a, "up");
+    let dns_ip =
+        kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
+    let root = is_root();
+    ensure_kube_dns_service(running, dns_ip).await;
+
+    start_controllers(
+        &kubeconfig,
+        shutdown,
+        &a.controllers_arg,
+        &a.cluster_cidr,
+        &service_range,
+    )?;
+
+    let dns_listen = a.listen_dns.clone().unwrap_or_else(|| {
+        if root {
+            format!("{}:53", bracket(dns_ip))
+        } else {
+            "127.0.0.1:1053".to_string()
+        }
+    });
+    if dns_listen != "off" {
+        start_dns(a, &kubeconfig, shutdown, &dns_listen)?;
+    }
+    if !root {
+        eprintln!(
+            "ferry up: not running as root, so: pods share the host's /etc/resolv.conf, /etc/hosts and \
+             hostname (no mount/UTS namespaces); cluster DNS listens on {dns_listen} instead of {dns_ip}:53; \
+             Service ports below 1024 cannot be served"
+        );
+    }
+
+    let node_name = a.node_name.clone().unwrap_or_else(ferry_node::host_name);
+    let mut agent = ferry_node::AgentArgs::defaults();
+    agent.kubeconfig = Some(kubeconfig.clone());
+    agent.node_name = Some(node_name.clone());
+    agent.node_ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    agent.cluster_dns = vec![dns_ip.to_string()];
+    agent.state_dir = a.data_dir.join("agent");
+    agent.port = a.agent_port;
+    if let Some(block) = first_pod_block(&a.cluster_cidr) {
+        agent.pod_cidr = block;
+    }
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_node::run(agent, stop.cancelled_owned()).await {
+            tracing::error!("node agent stopped: {e:#}");
+        }
+    });
+
+    start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
+    eprintln!(
+        "ferry up: node {node_name}, Services in {service_range}, pods in {}, kube-dns {dns_ip}",
+        a.cluster_cidr
+    );
+    Ok(())
+}
+
+fn bracket(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) => format!("[{v6}]"),
+        IpAddr::V4(v4) => v4.to_string(),
+    }
+}
+
+/// The `kube-system/kube-dns` Service (selectorless: the in-process DNS serves its address).
+async fn ensure_kube_dns_service(running: &ferry_apiserver::Running, ip: IpAddr) {
+    let api = &running.server.api;
+    let Some(res) = api.resource("", "v1", "services").cloned() else {
+        return;
+    };
+    let path = ferry_apiserver::request::ResourcePath {
+        group: String::new(),
+        version: "v1".into(),
+        namespace: Some("kube-system".into()),
+        resource: "services".into(),
+        name: None,
+        subresource: None,
+    };
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", "kubernetes.io/cluster-service": "true"}
+        },
+        "spec": {
+            "clusterIP": ip.to_string(),
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153}
+            ]
+        }
+    });
+    match api
+        .create(
+            &res,
+            &path,
+            &ferry_apiserver::request::Query::default(),
+            body,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {}
+        Err(e) => tracing::warn!("creating the kube-dns Service: {}", e.message),
+    }
+}
+
+fn start_controllers(
+    kubeconfig: &Path,
+    shutdown: &CancellationToken,
+    extra: &[String],
+    cluster_cidr: &str,
+    service_range: &str,
+) -> Result<()> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        c: ferry_controllers::ControllersArgs,
+    }
+    let mut argv: Vec<String> = vec![
+        "controllers".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+    ];
+    let given = |flag: &str| extra.iter().any(|a| a.starts_with(flag));
+    // A one-machine cluster: LoadBalancer Services get loopback addresses (as k3s ServiceLB
+    // hands out the node's address), node pod CIDRs come from the loopback pod network.
+    if !given("--loadbalancer-ip-range") {
+        argv.push(format!("--loadbalancer-ip-range={LOADBALANCER_RANGE}"));
+    }
+    if !given("--cluster-cidr") {
+        argv.push(format!("--cluster-cidr={cluster_cidr}"));
+    }
+    if !given("--node-ipam-excluded-cidrs") {
+        argv.push(format!("--node-ipam-excluded-cidrs={service_range}"));
+    }
+    argv.extend(extra.iter().cloned());
+    let args = Wrap::try_parse_from(argv)
+        .context("controller arguments")?
+        .c;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_controllers::run(args, stop.cancelled_owned()).await {
+            tracing::error!("controllers stopped: {e:#}");
+        }
+    });
+    Ok(())
+}
+
+fn start_dns(
+    a: &ServerArgs,
+    kubeconfig: &Path,
+    shutdown: &CancellationToken,
+    listen: &str,
+) -> Result<()> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        dns: ferry_dns::DnsArgs,
+    }
+    let mut argv: Vec<String> = vec![
+        "dns".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--listen".into(),
+        listen.to_string(),
+        "--metrics-listen".into(),
+        a.dns_metrics_listen.to_string(),
+        format!("--service-cidr={}", crate::service_range(a, "up")),
+        format!("--pod-cidr={}", a.cluster_cidr),
+    ];
+    if !a.dns_upstream.is_empty() {
+        argv.push("--upstream".into());
+        argv.push(
+            a.dns_upstream
+                .iter()
+                .map(|u| u.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    let args = Wrap::try_parse_from(argv).context("DNS arguments")?.dns;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_dns::run(args, stop.cancelled_owned()).await {
+            tracing::error!("cluster DNS stopped: {e:#}");
+        }
+    });
+    eprintln!("ferry up: cluster DNS on {listen} (UDP and TCP)");
+    Ok(())
+}
+
+fn start_proxy(
+    kubeconfig: &Path,
+    shutdown: &CancellationToken,
+    node_name: &str,
+    healthz: &str,
+) -> Result<()> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        p: ferry_proxy::ProxyArgs,
+    }
+    let healthz = if healthz == "off" { "" } else { healthz };
+    let argv: Vec<String> = vec![
+        "proxy".into(),
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--node-name".into(),
+        node_name.to_string(),
+        "--node-ip".into(),
+        "127.0.0.1".into(),
+        format!("--healthz-bind-address={healthz}"),
+    ];
+    let args = Wrap::try_parse_from(argv).context("proxy arguments")?.p;
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        if let Err(e) = ferry_proxy::run(args, stop.cancelled_owned()).await {
+            tracing::error!("service proxy stopped: {e:#}");
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            kube_dns_ip("127.96.0.0/16"),
+            Some("127.96.0.10".parse().expect("ip"))
+        );
+        assert_eq!(
+            kube_dns_ip("10.96.0.0/12,fd00::/108"),
+            Some("10.96.0.10".parse().expect("ip"))
+        );
+        assert_eq!(
+            first_pod_block("127.100.0.0/16"),
+            Some("127.100.0.0/24".parse().expect("net"))
+        );
+    }
+}
