@@ -16,19 +16,83 @@ fn ferry_bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferry")
 }
 
+static INSTANCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Address ranges of one `ferry up` instance: tests run several at once, and each one's proxy
+/// binds its Service addresses and its pods bind their pod IPs, so the ranges must not overlap.
+pub fn ranges_for(n: u32) -> (String, String) {
+    (
+        format!("127.{}.0.0/16", 10 + n),
+        format!("127.{}.0.0/16", 150 + n),
+    )
+}
+
+fn next_ranges() -> (String, String) {
+    let k = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    ranges_for((k + std::process::id()) % 60)
+}
+
+/// The kube-dns address of a Service range (its tenth address).
+pub fn kube_dns_ip(service_range: &str) -> String {
+    let base = service_range.split('/').next().unwrap_or("");
+    let mut o: Vec<u32> = base.split('.').filter_map(|x| x.parse().ok()).collect();
+    if o.len() == 4 {
+        o[3] += 10;
+    }
+    o.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Cluster DNS on the kube-dns address, port 53, as root (as `ferry up` does by default);
+/// otherwise on a free loopback port.
+fn dns_listen(service_range: &str) -> String {
+    if is_root() {
+        format!("{}:53", kube_dns_ip(service_range))
+    } else {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        format!("127.0.0.1:{}", s.local_addr().expect("addr").port())
+    }
+}
+
 fn spawn(dir: &Path) -> Child {
     let log = std::fs::File::create(dir.join("ferry.log")).expect("log file");
+    let ranges_file = dir.join("test-ranges");
+    let (svc, pods) = match std::fs::read_to_string(&ranges_file) {
+        Ok(s) => {
+            let mut it = s.lines().map(String::from);
+            (it.next().unwrap_or_default(), it.next().unwrap_or_default())
+        }
+        Err(_) => {
+            let r = next_ranges();
+            std::fs::write(&ranges_file, format!("{}\n{}\n", r.0, r.1)).expect("ranges");
+            r
+        }
+    };
     Command::new(ferry_bin())
         .args(["up", "--data-dir"])
         .arg(dir)
+        .args(["--service-cluster-ip-range", &svc, "--cluster-cidr", &pods])
+        .args(["--agent-port", "0", "--proxy-healthz-listen", "off"])
         .args([
             "--listen-api",
             "127.0.0.1:0",
             "--listen-dns",
-            "127.0.0.1:0",
-            "--dns-metrics-listen",
-            "127.0.0.1:0",
+            &dns_listen(&svc),
         ])
+        .args(["--dns-metrics-listen", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -65,12 +129,14 @@ impl Ferry {
         }
     }
 
-    /// Kills the process with SIGKILL (no shutdown path runs).
+    /// Kills the process with SIGKILL (no shutdown path runs), and the pod processes its agent
+    /// started (found by their command lines, which name this instance's data directory).
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
+        kill_pods(self.dir.path());
     }
 
     /// Stops with SIGTERM and waits.
@@ -78,7 +144,24 @@ impl Ferry {
         let mut c = self.child.take().expect("running");
         let pid = c.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        c.wait().expect("wait")
+        let status = c.wait().expect("wait");
+        kill_pods(self.dir.path());
+        status
+    }
+
+    /// The Service range and the pod range of this instance.
+    pub fn ranges(&self) -> (String, String) {
+        let s = std::fs::read_to_string(self.dir.path().join("test-ranges")).unwrap_or_default();
+        let mut it = s.lines().map(String::from);
+        (it.next().unwrap_or_default(), it.next().unwrap_or_default())
+    }
+
+    /// Where this instance's cluster DNS listens (`ip:port`), from its log.
+    pub fn dns_addr(&self) -> Option<String> {
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("cluster DNS on "))?;
+        let rest = line.split("cluster DNS on ").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
     }
 
     /// Starts again on the same data directory.
@@ -156,6 +239,29 @@ impl Ferry {
             tail(&self.log())
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// SIGKILLs the pod wrappers (`unshare ... <data dir>/agent/pods/...`) of one instance; their
+/// `--kill-child` takes the pod process with them.
+fn kill_pods(dir: &Path) {
+    let needle = dir.join("agent").display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(&needle) && pid != std::process::id() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
     }
 }
 
