@@ -201,11 +201,18 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         running.url,
         running.kubeconfig.display()
     );
+    // The cluster's services are clients of the API server: they stop first (releasing the
+    // controllers' lease, stopping pods), then the API server.
+    let clients = CancellationToken::new();
     if mode == "up" {
-        up::start_services(&a, &running, &shutdown).await?;
+        up::start_services(&a, &running, &clients).await?;
     }
     shutdown_signal().await;
     tracing::info!("shutting down");
+    clients.cancel();
+    if mode == "up" {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
     shutdown.cancel();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), running.done).await;
     Ok(())
