@@ -78,9 +78,16 @@ fn services_resolve_over_udp_and_tcp() {
         assert!(Instant::now() < deadline, "dns never became ready");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let svc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  clusterIP: 10.96.7.7\n  selector:\n    app: web\n  ports:\n  - name: http\n    port: 80\n    targetPort: 8080\n";
+    // A user-chosen ClusterIP inside this instance's Service range (127.N.0.0/16).
+    let (range, _) = f.ranges();
+    let second = range.split('.').nth(1).unwrap_or("96").to_string();
+    let vip = format!("127.{second}.7.7");
+    let ptr = format!("7.7.{second}.127.in-addr.arpa");
+    let svc = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  clusterIP: {vip}\n  selector:\n    app: web\n  ports:\n  - name: http\n    port: 80\n    targetPort: 8080\n"
+    );
     let created = Instant::now();
-    let out = f.k_stdin("kubectl", &["create", "-f", "-"], svc);
+    let out = f.k_stdin("kubectl", &["create", "-f", "-"], &svc);
     assert!(
         out.status.success(),
         "{}",
@@ -88,7 +95,7 @@ fn services_resolve_over_udp_and_tcp() {
     );
     let mut latency = None;
     while created.elapsed() < Duration::from_secs(10) {
-        if dig(dns.port, &["web.default.svc.cluster.local", "A"]) == "10.96.7.7" {
+        if dig(dns.port, &["web.default.svc.cluster.local", "A"]) == vip {
             latency = Some(created.elapsed());
             break;
         }
@@ -98,19 +105,16 @@ fn services_resolve_over_udp_and_tcp() {
     eprintln!("create -> resolvable (incl. kubectl process start): {latency:?}");
     assert_eq!(
         dig(dns.port, &["web.default.svc.cluster.local", "A", "+tcp"]),
-        "10.96.7.7"
+        vip
     );
-    assert_eq!(
-        dig(dns.port, &["WEB.Default.SVC.cluster.local", "A"]),
-        "10.96.7.7"
-    );
+    assert_eq!(dig(dns.port, &["WEB.Default.SVC.cluster.local", "A"]), vip);
     let srv = dig(
         dns.port,
         &["_http._tcp.web.default.svc.cluster.local", "SRV"],
     );
     assert!(srv.ends_with("80 web.default.svc.cluster.local."), "{srv}");
     assert_eq!(
-        dig(dns.port, &["7.7.96.10.in-addr.arpa", "PTR"]),
+        dig(dns.port, &[ptr.as_str(), "PTR"]),
         "web.default.svc.cluster.local."
     );
     // Headless Service with a hand-written EndpointSlice carrying a hostname.
