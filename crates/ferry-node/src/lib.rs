@@ -58,6 +58,10 @@ pub struct AgentArgs {
     /// Pod CIDR used when the Node has no `spec.podCIDR` (no node IPAM controller).
     #[arg(long, default_value = network::DEFAULT_LOOPBACK_POD_CIDR)]
     pub pod_cidr: ipnet::IpNet,
+    /// Wait for node IPAM to set the Node's `spec.podCIDR` (reporting NotReady meanwhile)
+    /// instead of falling back to `--pod-cidr`.
+    #[arg(long)]
+    pub wait_for_pod_cidr: bool,
     /// Where pod files (resolv.conf, hosts, logs) live.
     #[arg(long, default_value = "/var/lib/ferry/agent")]
     pub state_dir: PathBuf,
@@ -226,14 +230,32 @@ pub async fn start(
         memory_bytes: node::host_memory(),
         max_pods: args.max_pods,
         labels: Vec::new(),
+        network_ready: !args.wait_for_pod_cidr,
     };
-    let node_obj = node::register(&client, &facts).await?;
-    let pod_cidr = node_obj
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.as_deref())
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(args.pod_cidr);
+    let mut facts = facts;
+    let mut node_obj = node::register(&client, &facts).await?;
+    let assigned = |n: &k8s_openapi::api::core::v1::Node| -> Option<ipnet::IpNet> {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.as_deref())
+            .and_then(|c| c.parse().ok())
+    };
+    if args.wait_for_pod_cidr {
+        // NotReady until node IPAM gives this node its pod CIDR (as kubelet with a CNI does).
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+        while assigned(&node_obj).is_none() {
+            tokio::select! {
+                _ = stop.cancelled() => anyhow::bail!("stopped before node {node_name} got a pod CIDR"),
+                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+            }
+            if let Ok(n) = nodes.get(&node_name).await {
+                node_obj = n;
+            }
+        }
+        facts.network_ready = true;
+        node_obj = node::register(&client, &facts).await?;
+    }
+    let pod_cidr = assigned(&node_obj).unwrap_or(args.pod_cidr);
     let network: Arc<dyn network::PodNetwork> =
         Arc::new(network::Loopback::new(pod_cidr).map_err(anyhow::Error::msg)?);
     let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();

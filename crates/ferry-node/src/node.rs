@@ -21,6 +21,8 @@ pub struct NodeFacts {
     pub memory_bytes: u64,
     pub max_pods: u32,
     pub labels: Vec<(String, String)>,
+    /// The pod network is configured (the node has its pod CIDR); the node is NotReady until then.
+    pub network_ready: bool,
 }
 
 /// Total memory from `/proc/meminfo` (0 if unreadable).
@@ -113,7 +115,16 @@ pub fn node_status(f: &NodeFacts, transition: &str) -> Value {
             cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
             cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
             cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-            cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            if f.network_ready {
+                cond("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+            } else {
+                cond(
+                    "Ready",
+                    "False",
+                    "KubeletNotReady",
+                    "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:the node has no pod CIDR yet",
+                )
+            },
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": f.port}},
         "nodeInfo": {
@@ -239,6 +250,7 @@ mod tests {
             memory_bytes: 8 * 1024 * 1024 * 1024,
             max_pods: 110,
             labels: vec![("role".into(), "x".into())],
+            network_ready: true,
         };
         let l = node_labels(&f);
         assert_eq!(l["kubernetes.io/hostname"], "n1");
@@ -259,5 +271,30 @@ mod tests {
         assert_eq!(s["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
         assert_eq!(s["conditions"][3]["type"], "Ready");
         assert_eq!(s["conditions"][3]["status"], "True");
+    }
+
+    #[test]
+    fn not_ready_without_a_pod_cidr() {
+        let f = NodeFacts {
+            name: "n1".into(),
+            ips: vec!["127.0.0.1".parse().expect("ip")],
+            zone: None,
+            region: None,
+            port: 10250,
+            cpus: 1,
+            memory_bytes: 1024,
+            max_pods: 110,
+            labels: vec![],
+            network_ready: false,
+        };
+        let s = node_status(&f, "2026-01-01T00:00:00Z");
+        let ready = s["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .expect("Ready");
+        assert_eq!(ready["status"], "False");
+        assert_eq!(ready["reason"], "KubeletNotReady");
     }
 }

@@ -95,6 +95,8 @@ pub async fn start_services(
     agent.cluster_dns = vec![dns_ip.to_string()];
     agent.state_dir = a.data_dir.join("agent");
     agent.port = a.agent_port;
+    // The node is NotReady until node IPAM (in the controllers) gives it a pod CIDR.
+    agent.wait_for_pod_cidr = true;
     if let Some(block) = first_pod_block(&a.cluster_cidr) {
         agent.pod_cidr = block;
     }
