@@ -163,10 +163,12 @@ where
             m.insert("apiVersion".into(), Value::String(self.info.api_version()));
             m.insert("kind".into(), Value::String(self.info.kind.to_string()));
         }
-        Ok(Decoded {
-            object,
-            unknown: d.unknown,
-        })
+        let mut unknown = d.unknown;
+        if let Some(extra) = extra_fields(&self.info) {
+            keep_extra(value, &mut object, extra.paths);
+            unknown.retain(|u| !extra.paths.iter().any(|p| covers(p, u)));
+        }
+        Ok(Decoded { object, unknown })
     }
     fn default(&self, value: &mut Value) {
         if let Some(mut k) = typed::<K>(value) {
@@ -191,7 +193,11 @@ where
             return Vec::new();
         };
         let o = old.and_then(typed::<K>);
-        (self.hooks.validate)(&k, o.as_ref())
+        let mut errs = (self.hooks.validate)(&k, o.as_ref());
+        if let Some(extra) = extra_fields(&self.info) {
+            errs.extend((extra.validate)(value, old));
+        }
+        errs
     }
     fn validate_status(&self, value: &Value, old: &Value) -> ErrorList {
         match (typed::<K>(value), typed::<K>(old)) {
@@ -213,7 +219,61 @@ where
     }
 }
 
+/// Fields Ferry serves beyond the `k8s-openapi` type of a kind (DESIGN: "types on top of
+/// k8s-openapi"): kept through the typed round trips, validated on their own.
+pub struct ExtraFields {
+    pub group: &'static str,
+    pub kind: &'static str,
+    /// JSON pointers (`/spec/topologyKeys`).
+    pub paths: &'static [&'static str],
+    pub validate: fn(&Value, Option<&Value>) -> ErrorList,
+}
+
+/// Service `spec.topologyKeys` (seed 004: topology-aware traffic routing with topology keys),
+/// removed from upstream's types in 1.22 but part of the system Ferry implements.
+pub const EXTRA_FIELDS: &[ExtraFields] = &[ExtraFields {
+    group: "",
+    kind: "Service",
+    paths: &["/spec/topologyKeys"],
+    validate: validation::service_topology_keys,
+}];
+
+pub fn extra_fields(info: &KindInfo) -> Option<&'static ExtraFields> {
+    EXTRA_FIELDS
+        .iter()
+        .find(|e| e.group == info.group && e.kind == info.kind)
+}
+
+/// Does the JSON pointer `ptr` name the dotted field path `field` or one inside it?
+fn covers(ptr: &str, field: &str) -> bool {
+    let dotted = ptr.trim_start_matches('/').replace('/', ".");
+    field == dotted
+        || field.starts_with(&format!("{dotted}."))
+        || field.starts_with(&format!("{dotted}["))
+}
+
+/// Copies the extra fields present in `from` into `to`.
+fn keep_extra(from: &Value, to: &mut Value, paths: &[&str]) {
+    for p in paths {
+        let Some(v) = from.pointer(p).filter(|v| !v.is_null()).cloned() else {
+            continue;
+        };
+        let Some((parent, leaf)) = p.rsplit_once('/') else {
+            continue;
+        };
+        if to.pointer(parent).is_none() {
+            continue;
+        }
+        if let Some(Value::Object(m)) = to.pointer_mut(parent) {
+            m.insert(leaf.to_string(), v);
+        }
+    }
+}
+
 fn merge_back(value: &mut Value, mut encoded: Value, info: &KindInfo) {
+    if let Some(extra) = extra_fields(info) {
+        keep_extra(value, &mut encoded, extra.paths);
+    }
     if let Value::Object(m) = &mut encoded {
         m.insert("apiVersion".into(), Value::String(info.api_version()));
         m.insert("kind".into(), Value::String(info.kind.to_string()));

@@ -82,6 +82,24 @@ pub(crate) fn group_versions(infos: &[&KindInfo]) -> Vec<(String, String)> {
     out
 }
 
+/// The fields Ferry serves beyond the k8s-openapi types (`ferry_api::kinds::EXTRA_FIELDS`).
+fn add_extra_fields(defs: &mut BTreeMap<String, Value>) {
+    if let Some(Value::Object(props)) = defs
+        .get_mut("io.k8s.api.core.v1.ServiceSpec")
+        .and_then(|s| s.get_mut("properties"))
+    {
+        props.insert(
+            "topologyKeys".into(),
+            serde_json::json!({
+                "description": "topologyKeys is a preference-order list of topology keys which implementations of services should use to preferentially sort endpoints when accessing this Service: the first key whose value matches the client's node is used, \"*\" (only last) means any endpoint. At most 16 keys. Not allowed with externalTrafficPolicy=Local.",
+                "type": "array",
+                "items": {"type": "string", "default": ""},
+                "x-kubernetes-list-type": "atomic"
+            }),
+        );
+    }
+}
+
 /// Generates every definition reachable from the served kinds plus the meta schemas the operations
 /// reference.
 pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions {
@@ -127,6 +145,7 @@ pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions
 
     let mut defs: BTreeMap<String, Value> = generator.take_definitions(false).into_iter().collect();
     defs.extend(inline);
+    add_extra_fields(&mut defs);
 
     // Kinds and their lists.
     let infos: Vec<&KindInfo> = kinds.iter().map(|s| s.info()).collect();

@@ -484,3 +484,40 @@ fn typed_create_generators_send_protobuf() {
         .status
         .success()));
 }
+
+#[test]
+fn service_topology_keys_are_served() {
+    for bin in kubectls() {
+        let f = Ferry::start();
+        let m = "apiVersion: v1\nkind: Service\nmetadata:\n  name: topo\nspec:\n  selector:\n    app: x\n  ports:\n  - port: 80\n  topologyKeys:\n  - kubernetes.io/hostname\n  - topology.kubernetes.io/zone\n  - \"*\"\n";
+        let out = f.k_stdin(&bin, &["apply", "-f", "-"], m);
+        assert!(out.status.success(), "{bin}: {}", stderr(&out));
+        let svc = json(&f.k(&bin, &["get", "svc", "topo", "-o", "json"]));
+        assert_eq!(
+            svc["spec"]["topologyKeys"],
+            serde_json::json!(["kubernetes.io/hostname", "topology.kubernetes.io/zone", "*"]),
+            "{svc}"
+        );
+        // Kept through an unrelated patch.
+        f.k(&bin, &["label", "svc", "topo", "a=b"]);
+        let svc = json(&f.k(&bin, &["get", "svc", "topo", "-o", "json"]));
+        assert_eq!(svc["spec"]["topologyKeys"][2], "*", "{svc}");
+        let bad = m
+            .replace("  - \"*\"\n", "")
+            .replace(
+                "  - kubernetes.io/hostname\n",
+                "  - \"*\"\n  - kubernetes.io/hostname\n",
+            )
+            .replace("name: topo", "name: topo-bad");
+        let out = f.k_stdin(&bin, &["create", "-f", "-"], &bad);
+        assert!(!out.status.success(), "{bin}: accepted {bad}");
+        assert!(
+            stderr(&out).contains("spec.topologyKeys[0]"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let f = Ferry::start();
+    let ex = f.k("kubectl", &["explain", "service.spec.topologyKeys"]);
+    assert!(ex.contains("topologyKeys"), "{ex}");
+}

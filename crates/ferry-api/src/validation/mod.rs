@@ -110,3 +110,119 @@ pub fn replica_set_status(obj: &apps_v1::ReplicaSet, old: &apps_v1::ReplicaSet) 
 pub fn ingress_status(obj: &networking_v1::Ingress, old: &networking_v1::Ingress) -> ErrorList {
     networking::ingress_status(obj, old)
 }
+
+/// Service `spec.topologyKeys` (Kubernetes 1.17–1.21, kept by Ferry): at most 16 keys, each a
+/// qualified label key or `"*"` (only last), no duplicates, not with
+/// `externalTrafficPolicy: Local` or `internalTrafficPolicy: Local`.
+pub fn service_topology_keys(
+    svc: &serde_json::Value,
+    _old: Option<&serde_json::Value>,
+) -> ErrorList {
+    use crate::errors::{FieldError, Path, quote};
+    let Some(keys) = svc.pointer("/spec/topologyKeys") else {
+        return Vec::new();
+    };
+    let path = Path::new("spec").child("topologyKeys");
+    let Some(keys) = keys.as_array() else {
+        return vec![FieldError::invalid(
+            &path,
+            keys.to_string(),
+            "must be a list of strings",
+        )];
+    };
+    let mut errs = Vec::new();
+    if keys.is_empty() {
+        return errs;
+    }
+    if svc
+        .pointer("/spec/externalTrafficPolicy")
+        .and_then(serde_json::Value::as_str)
+        == Some("Local")
+    {
+        errs.push(FieldError::forbidden(
+            &path,
+            "may not be specified when `externalTrafficPolicy=Local`",
+        ));
+    }
+    if svc
+        .pointer("/spec/internalTrafficPolicy")
+        .and_then(serde_json::Value::as_str)
+        == Some("Local")
+    {
+        errs.push(FieldError::forbidden(
+            &path,
+            "may not be specified when `internalTrafficPolicy=Local`",
+        ));
+    }
+    if keys.len() > 16 {
+        errs.push(FieldError::too_many(&path, keys.len(), 16));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let all: Vec<String> = keys
+        .iter()
+        .map(|k| k.as_str().unwrap_or("").to_string())
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        let p = path.index(i);
+        let Some(key) = key.as_str() else {
+            errs.push(FieldError::invalid(&p, key.to_string(), "must be a string"));
+            continue;
+        };
+        if !seen.insert(key) {
+            errs.push(FieldError::duplicate(&p, quote(key)));
+        }
+        if key == "*" {
+            if i != keys.len() - 1 {
+                errs.push(FieldError::invalid_str(
+                    &p,
+                    key,
+                    "\"*\" must be the last value specified",
+                ));
+            }
+            continue;
+        }
+        for msg in crate::names::is_qualified_name(key) {
+            errs.push(FieldError::invalid(&p, format!("{all:?}"), msg));
+        }
+    }
+    errs
+}
+
+#[cfg(test)]
+mod topology_keys_tests {
+    use serde_json::json;
+
+    #[test]
+    fn topology_keys() {
+        let ok = json!({"spec": {"topologyKeys": ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "*"]}});
+        assert!(super::service_topology_keys(&ok, None).is_empty());
+        let cases = [
+            (
+                json!({"spec": {"topologyKeys": ["*", "kubernetes.io/hostname"]}}),
+                "spec.topologyKeys[0]",
+            ),
+            (
+                json!({"spec": {"topologyKeys": ["a", "a"]}}),
+                "spec.topologyKeys[1]",
+            ),
+            (
+                json!({"spec": {"topologyKeys": ["bad key!"]}}),
+                "spec.topologyKeys[0]",
+            ),
+            (
+                json!({"spec": {"externalTrafficPolicy": "Local", "topologyKeys": ["*"]}}),
+                "spec.topologyKeys",
+            ),
+        ];
+        for (svc, field) in cases {
+            let errs = super::service_topology_keys(&svc, None);
+            assert!(errs.iter().any(|e| e.field == field), "{svc}: {errs:?}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+        let errs = super::service_topology_keys(&json!({"spec": {"topologyKeys": many}}), None);
+        assert!(
+            errs.iter().any(|e| e.body().starts_with("Too many: 17")),
+            "{errs:?}"
+        );
+    }
+}
