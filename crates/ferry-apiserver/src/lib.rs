@@ -240,12 +240,11 @@ async fn bootstrap_kubernetes_service(
         Err(e) => tracing::warn!("creating the kubernetes Service: {}", e.message),
     }
     // Its Endpoints name this API server (the mirroring controller turns them into a slice);
-    // Endpoints may not hold loopback addresses, so an API server on loopback has none.
-    let Some(eres) = api
-        .resource("", "v1", "endpoints")
-        .cloned()
-        .filter(|_| !endpoint_ip.is_loopback())
-    else {
+    // Endpoints may not hold loopback addresses (unless Ferry's loopback pod network is on), so
+    // an API server on loopback otherwise has none.
+    let Some(eres) = api.resource("", "v1", "endpoints").cloned().filter(|_| {
+        !endpoint_ip.is_loopback() || ferry_api::validation::loopback_addresses_allowed()
+    }) else {
         return Ok(());
     };
     let ep = request::ResourcePath {

@@ -580,6 +580,11 @@ pub fn allow_loopback_addresses(allow: bool) {
     ALLOW_LOOPBACK.store(allow, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether [`allow_loopback_addresses`] is on.
+pub fn loopback_addresses_allowed() -> bool {
+    ALLOW_LOOPBACK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// ValidateNonSpecialIP: not unspecified, loopback, link-local or link-local multicast.
 pub(crate) fn non_special_ip(ip: &str, path: &Path) -> ErrorList {
     use std::net::IpAddr;

@@ -14,8 +14,8 @@ mod service;
 mod tests;
 
 pub use common::{
-    allow_loopback_addresses, validate_label_selector, validate_labels, validate_object_meta,
-    validate_object_meta_update,
+    allow_loopback_addresses, loopback_addresses_allowed, validate_label_selector, validate_labels,
+    validate_object_meta, validate_object_meta_update,
 };
 
 use crate::errors::ErrorList;
