@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use ferry_api::custom::cluster_cidr_config::ClusterCIDRConfig;
 use ferry_api::selectors::{LabelSelector, from_optional_label_selector};
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -113,38 +113,6 @@ pub fn pool_of(c: &ClusterCIDRConfig) -> Option<Pool> {
     })
 }
 
-fn informer<K>(client: &kube::Client, notify: Arc<Notify>, stop: CancellationToken) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let api: Api<K> = Api::all(client.clone());
-    tokio::spawn(async move {
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
-        );
-        futures::pin_mut!(stream);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                ev = stream.next() => match ev {
-                    Some(Ok(_)) => notify.notify_one(),
-                    Some(Err(e)) => tracing::debug!("watch: {e}"),
-                    None => return,
-                }
-            }
-        }
-    });
-    reader
-}
-
 fn node_cidrs(n: &Node) -> Vec<IpNet> {
     let spec = n.spec.clone().unwrap_or_default();
     let mut v: Vec<IpNet> = spec
@@ -170,8 +138,8 @@ pub async fn run(client: kube::Client, cfg: IpamConfig, stop: CancellationToken)
         }
     };
     let notify = Arc::new(Notify::new());
-    let nodes: Store<Node> = informer(&client, notify.clone(), stop.clone());
-    let configs: Store<ClusterCIDRConfig> = informer(&client, notify.clone(), stop.clone());
+    let nodes: Store<Node> = super::informer(&client, notify.clone(), stop.clone());
+    let configs: Store<ClusterCIDRConfig> = super::informer(&client, notify.clone(), stop.clone());
     for s in [
         nodes.wait_until_ready().boxed(),
         configs.wait_until_ready().boxed(),

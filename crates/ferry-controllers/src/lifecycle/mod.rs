@@ -12,6 +12,7 @@ pub mod workload_core;
 pub mod workloads;
 
 use anyhow::Result;
+use kube::runtime::WatchStreamExt;
 use tokio_util::sync::CancellationToken;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -73,4 +74,43 @@ pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationTo
         let _ = t.await;
     }
     Ok(())
+}
+
+/// A reflector store of every `K`, kept current by a watch until `stop`; `notify` fires on
+/// every change (the controllers' coalescing wake-up).
+pub(crate) fn informer<K>(
+    client: &kube::Client,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    stop: CancellationToken,
+) -> kube::runtime::reflector::Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = kube::runtime::reflector::store();
+    let api: kube::Api<K> = kube::Api::all(client.clone());
+    tokio::spawn(async move {
+        let stream = kube::runtime::reflector::reflector(
+            writer,
+            kube::runtime::watcher(api, kube::runtime::watcher::Config::default())
+                .default_backoff(),
+        );
+        futures::pin_mut!(stream);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = futures::StreamExt::next(&mut stream) => match ev {
+                    Some(Ok(_)) => notify.notify_one(),
+                    Some(Err(e)) => tracing::debug!("watch: {e}"),
+                    None => return,
+                }
+            }
+        }
+    });
+    reader
 }

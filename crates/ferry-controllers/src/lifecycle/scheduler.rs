@@ -6,13 +6,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+
 use serde_json::json;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -21,38 +21,6 @@ use super::scheduler_core::{self as core, NodeInfo, PodNeeds, Taint, Toleration}
 
 pub const SCHEDULER_NAME: &str = "default-scheduler";
 const RETRY_EVENT_AFTER: Duration = Duration::from_secs(30);
-
-fn informer<K>(client: &kube::Client, notify: Arc<Notify>, stop: CancellationToken) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let api: Api<K> = Api::all(client.clone());
-    tokio::spawn(async move {
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
-        );
-        futures::pin_mut!(stream);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                ev = stream.next() => match ev {
-                    Some(Ok(_)) => notify.notify_one(),
-                    Some(Err(e)) => tracing::debug!("watch: {e}"),
-                    None => return,
-                }
-            }
-        }
-    });
-    reader
-}
 
 fn node_info(n: &Node, pods: usize) -> NodeInfo {
     let spec = n.spec.clone().unwrap_or_default();
@@ -106,8 +74,8 @@ fn terminal(p: &Pod) -> bool {
 
 pub async fn run(client: kube::Client, stop: CancellationToken) {
     let notify = Arc::new(Notify::new());
-    let pods: Store<Pod> = informer(&client, notify.clone(), stop.clone());
-    let nodes: Store<Node> = informer(&client, notify.clone(), stop.clone());
+    let pods: Store<Pod> = super::informer(&client, notify.clone(), stop.clone());
+    let nodes: Store<Node> = super::informer(&client, notify.clone(), stop.clone());
     for s in [
         pods.wait_until_ready().boxed(),
         nodes.wait_until_ready().boxed(),

@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -26,38 +26,6 @@ pub const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
 pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 pub const HASH_LABEL: &str = "pod-template-hash";
 const EXPECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn informer<K>(client: &kube::Client, notify: Arc<Notify>, stop: CancellationToken) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let api: Api<K> = Api::all(client.clone());
-    tokio::spawn(async move {
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
-        );
-        futures::pin_mut!(stream);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                ev = stream.next() => match ev {
-                    Some(Ok(_)) => notify.notify_one(),
-                    Some(Err(e)) => tracing::debug!("watch: {e}"),
-                    None => return,
-                }
-            }
-        }
-    });
-    reader
-}
 
 /// Pending writes of one controller object.
 #[derive(Default)]
@@ -80,9 +48,9 @@ struct Workloads {
 pub async fn run(client: kube::Client, stop: CancellationToken) {
     let notify = Arc::new(Notify::new());
     let mut w = Workloads {
-        deployments: informer(&client, notify.clone(), stop.clone()),
-        replica_sets: informer(&client, notify.clone(), stop.clone()),
-        pods: informer(&client, notify.clone(), stop.clone()),
+        deployments: super::informer(&client, notify.clone(), stop.clone()),
+        replica_sets: super::informer(&client, notify.clone(), stop.clone()),
+        pods: super::informer(&client, notify.clone(), stop.clone()),
         client,
         expect: HashMap::new(),
     };
