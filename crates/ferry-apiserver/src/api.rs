@@ -725,18 +725,19 @@ impl Api {
                 if dry_run {
                     return Ok(Reply::json(200, &new));
                 }
-                match self.store.delete(&key, Some(kv.mod_revision)).await {
-                    Ok((_, rev)) => {
-                        if is_service(info) {
-                            self.services.release(self.store.as_ref(), &old).await;
-                        }
-                        set_resource_version(&mut new, rev);
-                        return Ok(Reply::json(200, &new));
-                    }
-                    Err(StoreError::Conflict { .. }) => continue,
-                    Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
-                    Err(e) => return Err(e.into()),
+                let Some((_, rev)) = cas(
+                    self.store.delete(&key, Some(kv.mod_revision)).await,
+                    info,
+                    &name,
+                )?
+                else {
+                    continue;
+                };
+                if is_service(info) {
+                    self.services.release(self.store.as_ref(), &old).await;
                 }
+                set_resource_version(&mut new, rev);
+                return Ok(Reply::json(200, &new));
             }
             // Services: claim new addresses / node ports before the write, free unused after.
             let txn = if is_service(info) && subresource.is_none() {
@@ -883,18 +884,19 @@ impl Api {
                 if opts.dry_run {
                     return Ok(delete_reply(info, &obj, true));
                 }
-                match self.store.delete(&key, Some(kv.mod_revision)).await {
-                    Ok((_, rev)) => {
-                        if is_service(info) {
-                            self.services.release(self.store.as_ref(), &obj).await;
-                        }
-                        set_resource_version(&mut obj, rev);
-                        return Ok(delete_reply(info, &obj, true));
-                    }
-                    Err(StoreError::Conflict { .. }) => continue,
-                    Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
-                    Err(e) => return Err(e.into()),
+                let Some((_, rev)) = cas(
+                    self.store.delete(&key, Some(kv.mod_revision)).await,
+                    info,
+                    &name,
+                )?
+                else {
+                    continue;
+                };
+                if is_service(info) {
+                    self.services.release(self.store.as_ref(), &obj).await;
                 }
+                set_resource_version(&mut obj, rev);
+                return Ok(delete_reply(info, &obj, true));
             }
             // Deferred deletion: mark the object; finalizers (or the node agent) finish it.
             if already_deleting && finalizers == before && grace != 0 {
@@ -939,20 +941,21 @@ impl Api {
             let bytes = Bytes::from(
                 serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?,
             );
-            match self.store.update(&key, bytes, kv.mod_revision).await {
-                Ok(nkv) => {
-                    set_resource_version(&mut obj, nkv.mod_revision);
-                    let code = if opts.propagation.as_deref() == Some("Foreground") {
-                        202
-                    } else {
-                        200
-                    };
-                    return Ok(Reply::json(code, &obj));
-                }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(StoreError::NotFound) => return Err(ApiError::not_found(info, &name)),
-                Err(e) => return Err(e.into()),
-            }
+            let Some(nkv) = cas(
+                self.store.update(&key, bytes, kv.mod_revision).await,
+                info,
+                &name,
+            )?
+            else {
+                continue;
+            };
+            set_resource_version(&mut obj, nkv.mod_revision);
+            let code = if opts.propagation.as_deref() == Some("Foreground") {
+                202
+            } else {
+                200
+            };
+            return Ok(Reply::json(code, &obj));
         }
         Err(ApiError::conflict(info, &name))
     }
@@ -1334,17 +1337,19 @@ impl Api {
             }
             let bytes =
                 Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            match self.store.update(&key, bytes, kv.mod_revision).await {
-                Ok(_) => {
-                    return Ok(Reply::json(
-                        201,
-                        &json!({"kind": "Status", "apiVersion": "v1",
-                        "metadata": {}, "status": "Success", "code": 201}),
-                    ));
-                }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
+            let Some(_) = cas(
+                self.store.update(&key, bytes, kv.mod_revision).await,
+                info,
+                &name,
+            )?
+            else {
+                continue;
+            };
+            return Ok(Reply::json(
+                201,
+                &json!({"kind": "Status", "apiVersion": "v1",
+                    "metadata": {}, "status": "Success", "code": 201}),
+            ));
         }
         Err(ApiError::conflict(info, &name))
     }
@@ -1377,27 +1382,42 @@ impl Api {
                 && objects::finalizers(&v).is_empty()
                 && spec_finalizers(info, &v).is_empty()
             {
-                match self.store.delete(&key, Some(kv.mod_revision)).await {
-                    Ok((_, rev)) => {
-                        set_resource_version(&mut v, rev);
-                        return Ok(Reply::json(200, &v));
-                    }
-                    Err(StoreError::Conflict { .. }) => continue,
-                    Err(e) => return Err(e.into()),
-                }
+                let Some((_, rev)) = cas(
+                    self.store.delete(&key, Some(kv.mod_revision)).await,
+                    info,
+                    &name,
+                )?
+                else {
+                    continue;
+                };
+                set_resource_version(&mut v, rev);
+                return Ok(Reply::json(200, &v));
             }
             let bytes =
                 Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            match self.store.update(&key, bytes, kv.mod_revision).await {
-                Ok(nkv) => {
-                    set_resource_version(&mut v, nkv.mod_revision);
-                    return Ok(Reply::json(200, &v));
-                }
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
+            let Some(nkv) = cas(
+                self.store.update(&key, bytes, kv.mod_revision).await,
+                info,
+                &name,
+            )?
+            else {
+                continue;
+            };
+            set_resource_version(&mut v, nkv.mod_revision);
+            return Ok(Reply::json(200, &v));
         }
         Err(ApiError::conflict(info, &name))
+    }
+}
+
+/// One compare-and-swap write's outcome: `Ok(Some(x))` written, `Ok(None)` another writer won
+/// (re-read and try again), `Err` the final answer (404 when the object went away).
+fn cas<T>(r: ferry_store::Result<T>, info: &KindInfo, name: &str) -> Result<Option<T>, ApiError> {
+    match r {
+        Ok(x) => Ok(Some(x)),
+        Err(StoreError::Conflict { .. }) => Ok(None),
+        Err(StoreError::NotFound) => Err(ApiError::not_found(info, name)),
+        Err(e) => Err(e.into()),
     }
 }
 
