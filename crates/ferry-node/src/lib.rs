@@ -213,6 +213,10 @@ pub async fn start(
     tokio::fs::create_dir_all(&args.state_dir)
         .await
         .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    let reaped = runtime::reap_stale(&args.state_dir);
+    if reaped > 0 {
+        tracing::warn!("stopped {reaped} pod process(es) left running by a previous agent");
+    }
 
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.node_ip, args.port))
         .await

@@ -941,7 +941,57 @@ fn spawn(ctx: &Ctx, p: &Prepared, log: &std::path::Path) -> std::io::Result<toki
     if let Some(wd) = &p.working_dir {
         cmd.current_dir(wd);
     }
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    // Remember the process group, so that an agent restarted after a crash can stop what the
+    // previous one left running (see `reap_stale`).
+    if let Some(pid) = child.id() {
+        let marker = ctx.dirs.root.join(format!("proc-{pid}"));
+        if let Some(start) = process_start_time(pid) {
+            let _ = std::fs::write(marker, start.to_string());
+        }
+    }
+    Ok(child)
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the process's start time, which tells a process from a
+/// later one that reused its PID.
+fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; count from the closing parenthesis.
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kills the process groups that a previous agent (killed without a chance to stop its pods)
+/// left running, as recorded under `<state dir>/pods/*/proc-<pid>`; returns how many.
+pub fn reap_stale(state_dir: &std::path::Path) -> usize {
+    let mut reaped = 0;
+    let Ok(pods) = std::fs::read_dir(state_dir.join("pods")) else {
+        return 0;
+    };
+    for pod in pods.flatten() {
+        let Ok(entries) = std::fs::read_dir(pod.path()) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("proc-")
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let recorded = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            if recorded.is_some() && recorded == process_start_time(pid) {
+                signal_group(pid, "KILL");
+                reaped += 1;
+            }
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    reaped
 }
 
 fn exit_of(st: std::io::Result<std::process::ExitStatus>) -> (i32, Option<i32>) {
@@ -1514,4 +1564,37 @@ pub fn exec_command(
         c.current_dir(wd);
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod reap_tests {
+    use super::*;
+
+    #[test]
+    fn reaps_what_a_previous_agent_left_running() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pod = dir.path().join("pods").join("default_p_uid");
+        std::fs::create_dir_all(&pod).expect("mkdir");
+        let mut child = {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .expect("sleep")
+        };
+        let pid = child.id();
+        let start = process_start_time(pid).expect("start time");
+        std::fs::write(pod.join(format!("proc-{pid}")), start.to_string()).expect("marker");
+        // A marker whose start time does not match (a reused PID) is left alone.
+        let me = std::process::id();
+        std::fs::write(pod.join(format!("proc-{me}")), "1").expect("marker");
+        assert_eq!(reap_stale(dir.path()), 1);
+        let status = child.wait().expect("wait");
+        assert!(!status.success(), "sleep was not killed");
+        assert!(
+            std::fs::read_dir(&pod).expect("dir").next().is_none(),
+            "markers removed"
+        );
+    }
 }
