@@ -212,9 +212,21 @@ pub async fn builtin_main(args: Vec<String>) -> anyhow::Result<()> {
             }
         });
     }
-    while tasks.join_next().await.is_some() {}
+    // A graceful stop: on SIGTERM keep serving for a moment while the pod leaves the endpoints
+    // (so clients going through a Service see no failure), then exit.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = async { while tasks.join_next().await.is_some() {} } => {}
+        _ = term.recv() => {
+            tokio::time::sleep(DRAIN_AFTER_SIGTERM).await;
+        }
+    }
     Ok(())
 }
+
+/// How long a built-in server keeps serving after SIGTERM (well inside the default 30 s grace
+/// period, well beyond the time endpoint removal takes to reach the proxies).
+const DRAIN_AFTER_SIGTERM: std::time::Duration = std::time::Duration::from_millis(1500);
 
 #[cfg(test)]
 mod tests {

@@ -335,8 +335,9 @@ pub async fn start(
                             .lock()
                             .map(|m| m.keys().cloned().collect())
                             .unwrap_or_default();
-                        for uid in known.iter().filter(|u| !seen.contains(*u)) {
-                            rt2.gone(uid);
+                        for uid in known.into_iter().filter(|u| !seen.contains(u)) {
+                            let rt = rt2.clone();
+                            tokio::spawn(async move { rt.confirm_gone(&uid).await });
                         }
                     }
                 }

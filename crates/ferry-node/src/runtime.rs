@@ -130,6 +130,24 @@ impl Runtime {
         }
     }
 
+    /// A pod missing from a re-list is gone only if the API server confirms it: a list may be
+    /// served from a cache that has not seen a new pod yet, and a cache miss must never stop
+    /// (or delete) a pod.
+    pub async fn confirm_gone(&self, uid: &str) {
+        let who = self.pods.lock().ok().and_then(|p| {
+            p.get(uid)
+                .map(|h| (h.shared.namespace.clone(), h.shared.name.clone()))
+        });
+        let Some((ns, name)) = who else { return };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        match api.get_opt(&name).await {
+            Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid) => {}
+            Ok(_) => self.gone(uid),
+            // Unknown: keep the pod; the next re-list decides.
+            Err(e) => tracing::debug!("checking pod {ns}/{name}: {e}"),
+        }
+    }
+
     pub fn find(&self, ns: &str, name: &str) -> Option<Arc<PodShared>> {
         let pods = self.pods.lock().ok()?;
         pods.values()
@@ -491,16 +509,20 @@ async fn pod_worker(
         );
     }
     let mut dirty = true;
+    // The update channel closes when the last container task ends; that alone says nothing
+    // about the pod (a finished Never/OnFailure pod stays until deleted), so it only stops
+    // this arm — the tasks arm decides what happens next.
+    let mut updates_open = true;
     loop {
         if dirty && !gone.is_cancelled() {
             status.push(&pods, &name, terminating, false).await;
             dirty = false;
         }
         tokio::select! {
-            u = urx.recv() => {
+            u = urx.recv(), if updates_open => {
                 match u {
                     Some(u) => { status.apply(u); dirty = true; }
-                    None => break,
+                    None => { updates_open = false; continue; }
                 }
                 // Coalesce whatever else is queued.
                 while let Ok(u) = urx.try_recv() { status.apply(u); }
