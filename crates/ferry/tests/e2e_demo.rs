@@ -236,3 +236,54 @@ fn seed_002_hostnames_demo() {
     assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
     eprintln!("refused after {:?}", t.elapsed());
 }
+
+/// Seed 004's `topologyKeys` through the proxy of `ferry up`: the first key whose value
+/// matches this node picks the endpoints; no match and no `"*"` refuses.
+#[test]
+fn service_topology_keys_route_through_the_proxy() {
+    let f = Ferry::start();
+    let m = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: topo\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: topo}\n  template:\n    metadata:\n      labels: {app: topo}\n    spec:\n      containers:\n      - name: c\n        image: registry.k8s.io/serve_hostname\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: topo\nspec:\n  selector: {app: topo}\n  ports:\n  - port: 8080\n    targetPort: 9376\n  topologyKeys: [\"kubernetes.io/hostname\"]\n";
+    let out = f.k_stdin("kubectl", &["apply", "-f", "-"], m);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        eventually(60, || ready_addresses(&f, "topo").len() == 2),
+        "no endpoints:\n{}",
+        f.log()
+    );
+    let svc = json(&f.k("kubectl", &["get", "svc", "topo", "-o", "json"]));
+    let vip: SocketAddr = format!("{}:8080", svc["spec"]["clusterIP"].as_str().expect("ip"))
+        .parse()
+        .expect("addr");
+    // Same host name as this node: served.
+    assert!(
+        eventually(10, || http_get(vip).is_ok()),
+        "not served with kubernetes.io/hostname"
+    );
+    // A key this node does not carry, and no "*": refused.
+    let patch = r#"{"spec":{"topologyKeys":["topology.kubernetes.io/zone"]}}"#;
+    f.k(
+        "kubectl",
+        &["patch", "svc", "topo", "--type=merge", "-p", patch],
+    );
+    assert!(
+        eventually(
+            10,
+            || matches!(TcpStream::connect_timeout(&vip, Duration::from_secs(2)), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+        ),
+        "still served without a matching topology key"
+    );
+    // With "*" last: any endpoint.
+    let patch = r#"{"spec":{"topologyKeys":["topology.kubernetes.io/zone","*"]}}"#;
+    f.k(
+        "kubectl",
+        &["patch", "svc", "topo", "--type=merge", "-p", patch],
+    );
+    assert!(
+        eventually(10, || http_get(vip).is_ok()),
+        "not served with \"*\""
+    );
+}
