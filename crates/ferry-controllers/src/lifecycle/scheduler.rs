@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
 use kube::ResourceExt;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 
 use serde_json::json;
@@ -154,6 +154,16 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
                     {
                         Ok(_) => {
                             tracing::info!("scheduled {ns}/{} to {node}", p.name_any());
+                            {
+                                let (client, p) = (client.clone(), p.clone());
+                                let msg = format!(
+                                    "Successfully assigned {ns}/{} to {node}",
+                                    p.name_any()
+                                );
+                                tokio::spawn(async move {
+                                    pod_event(&client, &p, "Normal", "Scheduled", &msg).await;
+                                });
+                            }
                             *load.entry(node.clone()).or_default() += 1;
                             bound.insert(uid.clone(), (node, Instant::now()));
                             reported.remove(&uid);
@@ -195,36 +205,17 @@ async fn unschedulable(client: &kube::Client, p: &Pod, msg: &str) {
             &Patch::Strategic(patch),
         )
         .await;
-    let ev = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", p.name_any())),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(p.name_any()),
-            namespace: Some(ns.clone()),
-            uid: p.uid(),
-            resource_version: p.resource_version(),
-            ..Default::default()
-        },
-        reason: Some("FailedScheduling".into()),
-        message: Some(msg.to_string()),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some(SCHEDULER_NAME.into()),
-            host: None,
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        reporting_component: Some(SCHEDULER_NAME.into()),
-        ..Default::default()
-    };
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    if let Err(e) = events.create(&PostParams::default(), &ev).await {
-        tracing::debug!("event: {e}");
-    }
+    pod_event(client, p, "Warning", "FailedScheduling", msg).await;
+}
+
+/// Records an Event from the scheduler about a pod.
+async fn pod_event(client: &kube::Client, p: &Pod, type_: &str, reason: &str, msg: &str) {
+    super::events::record(
+        client,
+        super::events::reference(p),
+        type_,
+        reason,
+        msg.to_string(),
+        SCHEDULER_NAME,
+    );
 }

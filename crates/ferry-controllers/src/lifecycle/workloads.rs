@@ -341,6 +341,14 @@ impl Workloads {
                         };
                         match pods_api.create(&PostParams::default(), &pod).await {
                             Ok(p) => {
+                                super::events::record(
+                                    &self.client,
+                                    super::events::reference(rs),
+                                    "Normal",
+                                    "SuccessfulCreate",
+                                    format!("Created pod: {}", p.name_any()),
+                                    "replicaset-controller",
+                                );
                                 e.created.insert(p.name_any());
                             }
                             Err(err) => {
@@ -365,6 +373,14 @@ impl Workloads {
                     };
                     for n in names {
                         if pods_api.delete(&n, &DeleteParams::default()).await.is_ok() {
+                            super::events::record(
+                                &self.client,
+                                super::events::reference(rs),
+                                "Normal",
+                                "SuccessfulDelete",
+                                format!("Deleted pod: {n}"),
+                                "replicaset-controller",
+                            );
                             e.deleted.insert(n);
                         }
                     }
@@ -654,6 +670,19 @@ impl Workloads {
                 };
                 match rs_api.create(&PostParams::default(), &rs).await {
                     Ok(r) => {
+                        if initial > 0 {
+                            super::events::record(
+                                &self.client,
+                                super::events::reference(d),
+                                "Normal",
+                                "ScalingReplicaSet",
+                                format!(
+                                    "Scaled up replica set {} from 0 to {initial}",
+                                    r.name_any()
+                                ),
+                                "deployment-controller",
+                            );
+                        }
                         expect.rs_versions.insert(r.name_any(), rv(&r.metadata));
                         self.expect.insert(uid.clone(), expect);
                         return Ok(());
@@ -677,10 +706,10 @@ impl Workloads {
         let new_state = state(&new_rs);
         let olds_state: Vec<RsState> = olds.iter().map(|r| state(r)).collect();
         if !paused {
-            let set_replicas = |name: String, n: i32, cur: i32| -> Option<(String, i32)> {
-                (n != cur).then_some((name, n))
+            let set_replicas = |name: String, n: i32, cur: i32| -> Option<(String, i32, i32)> {
+                (n != cur).then_some((name, n, cur))
             };
-            let mut writes: Vec<(String, i32)> = Vec::new();
+            let mut writes: Vec<(String, i32, i32)> = Vec::new();
             if recreate {
                 let old_active: usize = olds
                     .iter()
@@ -718,7 +747,18 @@ impl Workloads {
                     }
                 }
             }
-            for (rs_name, n) in &writes {
+            for (rs_name, n, cur) in &writes {
+                super::events::record(
+                    &self.client,
+                    super::events::reference(d),
+                    "Normal",
+                    "ScalingReplicaSet",
+                    format!(
+                        "Scaled {} replica set {rs_name} from {cur} to {n}",
+                        if n > cur { "up" } else { "down" }
+                    ),
+                    "deployment-controller",
+                );
                 let mut ann = json!({DESIRED: replicas.to_string(), MAX_REPLICAS: (replicas + surge).to_string()});
                 if *rs_name != new_rs.name_any() {
                     ann = json!({});
