@@ -306,10 +306,7 @@ async fn userspace_data_path() {
         let t = Instant::now();
         match TcpStream::connect("127.96.77.10:80").await {
             Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused => {
-                assert!(
-                    t.elapsed() < Duration::from_millis(200),
-                    "refused, but slowly"
-                );
+                assert!(t.elapsed() < Duration::from_secs(2), "refused, but slowly");
                 break;
             }
             _ => {}
