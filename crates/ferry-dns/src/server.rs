@@ -222,12 +222,28 @@ impl Server {
         index: Arc<SharedIndex>,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Server> {
-        let udp = std::net::UdpSocket::bind(cfg.listen)
-            .with_context(|| format!("binding UDP {}", cfg.listen))?;
-        let tcp_addr = SocketAddr::new(cfg.listen.ip(), udp.local_addr()?.port());
-        let tcp = TcpListener::bind(tcp_addr)
-            .await
-            .with_context(|| format!("binding TCP {tcp_addr}"))?;
+        // UDP and TCP share one port. With port 0 the kernel picks the UDP port, and that
+        // number may already be taken for TCP by someone else: pick again a few times.
+        let attempts = if cfg.listen.port() == 0 { 20 } else { 1 };
+        let mut bound = None;
+        for attempt in 1..=attempts {
+            let udp = std::net::UdpSocket::bind(cfg.listen)
+                .with_context(|| format!("binding UDP {}", cfg.listen))?;
+            let tcp_addr = SocketAddr::new(cfg.listen.ip(), udp.local_addr()?.port());
+            match TcpListener::bind(tcp_addr).await {
+                Ok(tcp) => {
+                    bound = Some((udp, tcp));
+                    break;
+                }
+                Err(e) if attempt < attempts && e.kind() == std::io::ErrorKind::AddrInUse => {
+                    continue;
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e).context(format!("binding TCP {tcp_addr}")));
+                }
+            }
+        }
+        let (udp, tcp) = bound.context("no port free for both UDP and TCP")?;
         let forwarder = Forwarder::new(cfg.forward, metrics.clone());
         let inner = Arc::new(Inner {
             index,
