@@ -1109,50 +1109,20 @@ impl Api {
         ct: &str,
         patch: &Value,
     ) -> ApiResult {
-        let info = res.info();
-        if !info.scale_subresource {
+        if !res.info().scale_subresource {
             return Err(ApiError::not_found_path());
         }
-        let mut main = p.clone();
-        main.subresource = None;
-        let ct = ct.to_string();
-        let reply = self
-            .guaranteed_update(
-                res,
-                &main,
-                q,
-                None,
-                false,
-                |old| {
-                    let old = old.ok_or_else(|| {
-                        ApiError::not_found(info, p.name.as_deref().unwrap_or(""))
-                    })?;
-                    let scale = to_scale(info, old);
-                    let patched = match ct.as_str() {
-                        "application/json-patch+json" => {
-                            crate::patching::json_patch(&scale, patch)?
-                        }
-                        _ => crate::patching::merge(&scale, patch),
-                    };
-                    let replicas = patched
-                        .pointer("/spec/replicas")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(0);
-                    let mut new = old.clone();
-                    new["spec"]["replicas"] = json!(replicas);
-                    Ok(new)
-                },
-                None,
-                true,
-            )
-            .await?;
-        match reply {
-            Reply::Json { body, .. } => {
-                let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                Ok(Reply::json(200, &to_scale(info, &v)))
-            }
-            other => Ok(other),
-        }
+        self.write_scale(res, p, q, None, |scale| {
+            let patched = match ct {
+                "application/json-patch+json" => crate::patching::json_patch(scale, patch)?,
+                _ => crate::patching::merge(scale, patch),
+            };
+            Ok(patched
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0))
+        })
+        .await
     }
 
     pub async fn update_scale(
@@ -1162,27 +1132,31 @@ impl Api {
         q: &Query,
         body: Value,
     ) -> ApiResult {
-        let info = res.info();
         let replicas = body
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        if replicas < 0 {
-            return Err(ApiError::invalid(
-                info,
-                p.name.as_deref().unwrap_or(""),
-                &[ferry_api::errors::FieldError::invalid(
-                    "spec.replicas",
-                    replicas.to_string(),
-                    "must be greater than or equal to 0",
-                )],
-            ));
-        }
         let precondition = body
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(String::from);
+        self.write_scale(res, p, q, precondition, |_| Ok(replicas))
+            .await
+    }
+
+    /// Writes `spec.replicas` through `/scale`: `replicas` computes the count from the current
+    /// Scale; the answer is the resulting Scale.
+    async fn write_scale(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        precondition: Option<String>,
+        replicas: impl Fn(&Value) -> Result<i64, ApiError>,
+    ) -> ApiResult {
+        let info = res.info();
+        let name = p.name.as_deref().unwrap_or("");
         let mut main = p.clone();
         main.subresource = None;
         let reply = self
@@ -1193,11 +1167,21 @@ impl Api {
                 precondition,
                 false,
                 |old| {
-                    let old = old.ok_or_else(|| {
-                        ApiError::not_found(info, p.name.as_deref().unwrap_or(""))
-                    })?;
+                    let old = old.ok_or_else(|| ApiError::not_found(info, name))?;
+                    let n = replicas(&to_scale(info, old))?;
+                    if n < 0 {
+                        return Err(ApiError::invalid(
+                            info,
+                            name,
+                            &[ferry_api::errors::FieldError::invalid(
+                                "spec.replicas",
+                                n.to_string(),
+                                "must be greater than or equal to 0",
+                            )],
+                        ));
+                    }
                     let mut new = old.clone();
-                    new["spec"]["replicas"] = json!(replicas);
+                    new["spec"]["replicas"] = json!(n);
                     Ok(new)
                 },
                 None,
