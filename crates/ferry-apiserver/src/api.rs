@@ -725,17 +725,9 @@ impl Api {
                 if dry_run {
                     return Ok(Reply::json(200, &new));
                 }
-                let Some((_, rev)) = cas(
-                    self.store.delete(&key, Some(kv.mod_revision)).await,
-                    info,
-                    &name,
-                )?
-                else {
+                let Some(rev) = self.remove(res, &key, kv.mod_revision, &old, &name).await? else {
                     continue;
                 };
-                if is_service(info) {
-                    self.services.release(self.store.as_ref(), &old).await;
-                }
                 set_resource_version(&mut new, rev);
                 return Ok(Reply::json(200, &new));
             }
@@ -795,6 +787,26 @@ impl Api {
             }
         }
         Err(ApiError::conflict(info, &name))
+    }
+
+    /// Removes an object for good (compare-and-swap on `expected`) and frees what it held
+    /// (a Service's addresses and node ports). `Ok(None)`: another writer won; re-read.
+    async fn remove(
+        &self,
+        res: &Resource,
+        key: &str,
+        expected: i64,
+        last: &Value,
+        name: &str,
+    ) -> Result<Option<i64>, ApiError> {
+        let info = res.info();
+        let Some((_, rev)) = cas(self.store.delete(key, Some(expected)).await, info, name)? else {
+            return Ok(None);
+        };
+        if is_service(info) {
+            self.services.release(self.store.as_ref(), last).await;
+        }
+        Ok(Some(rev))
     }
 
     // ----- delete -----
@@ -884,17 +896,9 @@ impl Api {
                 if opts.dry_run {
                     return Ok(delete_reply(info, &obj, true));
                 }
-                let Some((_, rev)) = cas(
-                    self.store.delete(&key, Some(kv.mod_revision)).await,
-                    info,
-                    &name,
-                )?
-                else {
+                let Some(rev) = self.remove(res, &key, kv.mod_revision, &obj, &name).await? else {
                     continue;
                 };
-                if is_service(info) {
-                    self.services.release(self.store.as_ref(), &obj).await;
-                }
                 set_resource_version(&mut obj, rev);
                 return Ok(delete_reply(info, &obj, true));
             }
