@@ -1,0 +1,15 @@
+//! NetworkPolicy for Ferry: a slim model of policies, pods and namespaces; one pure verdict
+//! function (used by the ruleset renderer, `ferry netpol explain` and `matrix`); the node's
+//! nftables table rendered as data with a pure diff; an applier and one coalescing sync loop
+//! per node; and, on the loopback pod network where nothing can be enforced, a Warning Event
+//! on every NetworkPolicy.
+
+pub mod fixtures;
+pub mod matrix;
+pub mod model;
+pub mod render;
+pub mod ruleset;
+pub mod verdict;
+
+pub use model::{Direction, Model, PodKey, Proto};
+pub use verdict::{Conn, Endpoint, Verdict, evaluate};
