@@ -605,7 +605,7 @@ mod tests {
                 PodsMode::Disabled,
                 "empty.default.svc.cluster.local",
                 TYPE_A,
-                OK,
+                NX,
                 vec![],
                 vec![],
             ),

@@ -519,8 +519,8 @@ fn compute_service(
             }
         }
         ServiceKind::Headless => {
-            // The service name exists even with no endpoints (NODATA, not NXDOMAIN).
-            names.push((base.as_str().into(), NameData::default()));
+            // Names exist only for usable endpoints: with none, the Service's name is
+            // NXDOMAIN (DNS specification 2.4.1, as CoreDNS answers).
             let eps = merge_endpoints(slices);
             let usable: Vec<&MergedEndpoint> = eps
                 .iter()

@@ -165,6 +165,13 @@ impl Inner {
         // The encoder compresses owner names against the question name.
         req.qname = Some(name);
         match outcome {
+            // Before the first full sync the index may lack names that exist: SERVFAIL (as
+            // CoreDNS answers), never a negative answer that resolvers would cache. Not cached.
+            Outcome::Answer(_) if !self.index.is_ready() => Step::Reply(
+                wire::encode_rcode(&req, wire::RCODE_SERVFAIL, true),
+                req.qtype,
+                wire::RCODE_SERVFAIL,
+            ),
             Outcome::Answer(resp) => {
                 self.metrics.answer_cache_misses.inc();
                 let out = wire::encode_response(&req, &resp, limit);

@@ -545,8 +545,12 @@ fn push_opt(buf: &mut Vec<u8>, rcode: u16, edns: &Edns) {
     buf.extend_from_slice(&0u16.to_be_bytes());
 }
 
-/// Encodes `resp` as the reply to `req`. If the result is longer than `limit`, returns a truncated
-/// reply instead (TC set, no records besides OPT), as RFC 2181 section 9 asks.
+/// Encodes `resp` as the reply to `req`, in at most `limit` bytes.
+///
+/// Additional records are optional (RFC 2181 section 9): when the whole reply does not fit, as
+/// many of them as fit are kept, in order, and the reply goes out without TC. Only when the
+/// answer and authority sections themselves do not fit is a truncated reply sent instead (TC set,
+/// no records besides OPT), so the client retries over TCP.
 pub fn encode_response(req: &Request<'_>, resp: &Response, limit: usize) -> Vec<u8> {
     let rcode = resp.rcode;
     let mut e = Encoder {
@@ -566,26 +570,38 @@ pub fn encode_response(req: &Request<'_>, resp: &Response, limit: usize) -> Vec<
     e.u16(1);
     e.u16(resp.answers.len() as u16);
     e.u16(resp.authority.len() as u16);
-    e.u16((resp.additional.len() + usize::from(req.edns.is_some())) as u16);
+    // ARCOUNT is written once the additional records that fit are known.
+    e.u16(0);
     e.buf.extend_from_slice(req.question_wire);
     if let Some(q) = &req.qname {
         e.names.push((q.clone(), HEADER_LEN as u16));
     }
-    for r in resp
-        .answers
-        .iter()
-        .chain(&resp.authority)
-        .chain(&resp.additional)
-    {
+    for r in resp.answers.iter().chain(&resp.authority) {
         e.record(r);
     }
+    let mut opt = Vec::new();
     if let Some(edns) = &req.edns {
-        push_opt(&mut e.buf, rcode, edns);
+        push_opt(&mut opt, rcode, edns);
     }
-    if e.buf.len() <= limit {
-        return e.buf;
+    let room = limit.saturating_sub(opt.len());
+    if e.buf.len() > room {
+        return truncated(req, resp.authoritative, rcode);
     }
-    truncated(req, resp.authoritative, rcode)
+    let mut kept = 0usize;
+    for r in &resp.additional {
+        let before = e.buf.len();
+        e.record(r);
+        if e.buf.len() > room {
+            // Later records never point into the dropped bytes: encoding stops here.
+            e.buf.truncate(before);
+            break;
+        }
+        kept += 1;
+    }
+    let arcount = (kept + usize::from(req.edns.is_some())) as u16;
+    e.buf[10..12].copy_from_slice(&arcount.to_be_bytes());
+    e.buf.extend_from_slice(&opt);
+    e.buf
 }
 
 fn truncated(req: &Request<'_>, aa: bool, rcode: u16) -> Vec<u8> {
@@ -895,6 +911,86 @@ mod tests {
         let big = encode_response(&req, &resp, 65535);
         assert_eq!(big[2] & 0x02, 0);
         assert_eq!(u16::from_be_bytes([big[6], big[7]]), 100);
+    }
+
+    #[test]
+    fn drops_additional_before_truncating() {
+        // A headless SRV answer whose glue does not fit in 512 bytes: the answers go out
+        // without TC, with as many additional records as fit.
+        let q = build_query(
+            1,
+            "_http._tcp.h.ns.svc.cluster.local",
+            TYPE_SRV,
+            false,
+            None,
+        );
+        let req = parse_request(&q).unwrap();
+        let target = |i: u8| format!("pod-with-a-long-hostname-{i}.h.ns.svc.cluster.local");
+        let answers = (0..6)
+            .map(|i| {
+                Record::new(
+                    "_http._tcp.h.ns.svc.cluster.local",
+                    5,
+                    RData::Srv {
+                        priority: 0,
+                        weight: 16,
+                        port: 80,
+                        target: target(i),
+                    },
+                )
+            })
+            .collect();
+        let additional = (0..6)
+            .flat_map(|i| {
+                [
+                    Record::new(&target(i), 5, RData::A(Ipv4Addr::new(10, 0, 0, i))),
+                    Record::new(
+                        &target(i),
+                        5,
+                        RData::Aaaa(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i.into())),
+                    ),
+                ]
+            })
+            .collect();
+        let resp = Response {
+            answers,
+            additional,
+            authoritative: true,
+            ..Default::default()
+        };
+        let full = encode_response(&req, &resp, 65535);
+        assert!(full.len() > 512, "fixture must overflow 512 bytes");
+        let small = encode_response(&req, &resp, 512);
+        assert!(small.len() <= 512);
+        assert_eq!(
+            small[2] & 0x02,
+            0,
+            "no TC when only additional records were dropped"
+        );
+        let m = hickory_proto::op::Message::from_vec(&small).unwrap();
+        assert_eq!(m.answers.len(), 6);
+        assert!(m.additionals.len() < 12);
+        // Kept additional records are a prefix of the original ones.
+        for (i, r) in m.additionals.iter().enumerate() {
+            assert_eq!(
+                r.name.to_ascii().trim_end_matches('.'),
+                target((i / 2) as u8)
+            );
+        }
+        // With EDNS the OPT record is kept and counted.
+        let q = build_query(
+            2,
+            "_http._tcp.h.ns.svc.cluster.local",
+            TYPE_SRV,
+            false,
+            Some(512),
+        );
+        let req = parse_request(&q).unwrap();
+        let small = encode_response(&req, &resp, 512);
+        assert!(small.len() <= 512);
+        let m = hickory_proto::op::Message::from_vec(&small).unwrap();
+        assert!(m.edns.is_some());
+        assert_eq!(m.answers.len(), 6);
     }
 
     proptest! {

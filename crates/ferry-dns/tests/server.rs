@@ -420,3 +420,50 @@ async fn ops_endpoints() {
     task.abort();
     let _ = wire::TYPE_A;
 }
+
+/// Before the index has synced with the API server, cluster names get SERVFAIL (CoreDNS's
+/// behaviour), not a negative answer that resolvers would cache; afterwards they are answered.
+#[tokio::test]
+async fn servfail_before_first_sync() {
+    let shared = Arc::new(ferry_dns::SharedIndex::new(index()));
+    let metrics = Arc::new(ferry_dns::Metrics::new());
+    let unused: SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let server = ferry_dns::server::Server::bind(
+        config(unused, unused, "127.0.0.0/8"),
+        shared.clone(),
+        metrics,
+    )
+    .await
+    .unwrap();
+    let addr = server.udp_addr();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(server.run(async move {
+        let _ = rx.await;
+    }));
+    for (id, name) in [
+        (1, "web.default.svc.cluster.local"),
+        (2, "nope.default.svc.cluster.local"),
+    ] {
+        let out = udp(addr, &build_query(id, name, TYPE_A, true, None))
+            .await
+            .unwrap();
+        assert_eq!(rcode(&out), RCODE_SERVFAIL, "{name} before sync");
+    }
+    shared.set_ready();
+    let out = udp(
+        addr,
+        &build_query(3, "web.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_NOERROR);
+    let out = udp(
+        addr,
+        &build_query(4, "nope.default.svc.cluster.local", TYPE_A, true, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rcode(&out), RCODE_NXDOMAIN);
+    let _ = tx.send(());
+    task.await.unwrap().unwrap();
+}
