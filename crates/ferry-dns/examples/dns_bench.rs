@@ -225,6 +225,7 @@ async fn main() -> anyhow::Result<()> {
                     stubs: vec![],
                     timeout: std::time::Duration::from_secs(1),
                 },
+                tcp: ferry_dns::TcpConfig::default(),
             };
             let running = start_with_index(idx, cfg).await?;
             eprintln!(

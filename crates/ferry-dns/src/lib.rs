@@ -28,7 +28,7 @@ use ipnet::IpNet;
 
 pub use index::{Index, PodsMode, ZoneConfig};
 pub use metrics::Metrics;
-pub use server::{ServerConfig, SharedIndex};
+pub use server::{ServerConfig, SharedIndex, TcpConfig};
 
 /// `ferry dns` flags.
 #[derive(clap::Args, Debug, Clone)]
@@ -72,6 +72,29 @@ pub struct DnsArgs {
     /// UDP receive threads (default: number of CPUs).
     #[arg(long)]
     pub udp_workers: Option<usize>,
+    /// Concurrent DNS-over-TCP connections; more wait in the listen queue. 0 sizes it from
+    /// the file-descriptor limit.
+    #[arg(long, default_value_t = 0)]
+    pub tcp_max_connections: usize,
+    /// How long a DNS-over-TCP connection may stay open between queries (CoreDNS: 10s).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub tcp_idle_timeout: Duration,
+}
+
+/// Parses `250ms`, `10s`, `2m` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (use e.g. 500ms, 10s, 2m)"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("invalid duration unit in {s:?} (ms, s, m)")),
+    }
 }
 
 /// Parses `DOMAIN=ADDR:PORT[,ADDR:PORT]`.
@@ -146,6 +169,15 @@ impl DnsArgs {
                 stubs,
                 timeout: Duration::from_secs(2),
             },
+            tcp: TcpConfig {
+                max_connections: if self.tcp_max_connections == 0 {
+                    server::default_tcp_max_connections()
+                } else {
+                    self.tcp_max_connections
+                },
+                idle_timeout: self.tcp_idle_timeout,
+                ..TcpConfig::default()
+            },
         })
     }
 }
@@ -168,27 +200,111 @@ pub async fn run(
     args: DnsArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    prepare(&args).await?.run(shutdown).await
+}
+
+/// `ferry dns` with its sockets bound, not yet serving: binding is where a taken port shows,
+/// so a caller (`ferry up`) can fail at once, naming the address.
+pub struct Prepared {
+    args: DnsArgs,
+    server: server::Server,
+    ops_listener: tokio::net::TcpListener,
+    shared: Arc<SharedIndex>,
+    metrics: Arc<Metrics>,
+}
+
+/// Binds the DNS (UDP and TCP) and operations sockets.
+pub async fn prepare(args: &DnsArgs) -> anyhow::Result<Prepared> {
     let metrics = Arc::new(Metrics::new());
     let shared = Arc::new(SharedIndex::new(Index::new(args.zone_config())));
-    let client = kube_client(args.kubeconfig.as_ref()).await?;
-    let watchers = watch::spawn_watchers(
-        client,
-        shared.clone(),
-        metrics.clone(),
-        args.pods == PodsMode::Verified,
-    );
-    let ops_listener = ops::bind(args.metrics_listen)
+    let server = server::Server::bind(args.server_config()?, shared.clone(), metrics.clone())
         .await
-        .with_context(|| format!("binding {}", args.metrics_listen))?;
-    let ops_task = tokio::spawn(ops::serve(ops_listener, shared.clone(), metrics.clone()));
-    let server = server::Server::bind(args.server_config()?, shared, metrics).await?;
-    tracing::info!(udp = %server.udp_addr(), tcp = %server.tcp_addr(), "ferry dns serving");
-    let result = server.run(shutdown).await;
-    ops_task.abort();
-    for w in watchers {
-        w.abort();
+        .with_context(|| format!("cluster DNS cannot listen on {}", args.listen))?;
+    let ops_listener = ops::bind(args.metrics_listen).await.with_context(|| {
+        format!(
+            "cluster DNS cannot serve /readyz on {}",
+            args.metrics_listen
+        )
+    })?;
+    Ok(Prepared {
+        args: args.clone(),
+        server,
+        ops_listener,
+        shared,
+        metrics,
+    })
+}
+
+impl Prepared {
+    /// The UDP address (its port is the TCP one too).
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.server.udp_addr()
     }
-    result
+
+    /// Whether the index has its first full lists (the `/readyz` of the ops endpoint).
+    pub fn readiness(&self) -> Arc<SharedIndex> {
+        self.shared.clone()
+    }
+
+    /// Serves until `shutdown` completes; fails if a watcher or the server ends on its own.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Prepared {
+            args,
+            server,
+            ops_listener,
+            shared,
+            metrics,
+        } = self;
+        let client = kube_client(args.kubeconfig.as_ref()).await?;
+        let mut watchers = watch::spawn_watchers(
+            client,
+            shared.clone(),
+            metrics.clone(),
+            args.pods == PodsMode::Verified,
+        );
+        let ops_task = tokio::spawn(ops::serve(ops_listener, shared.clone(), metrics.clone()));
+        tracing::info!(udp = %server.udp_addr(), tcp = %server.tcp_addr(), "ferry dns serving");
+        let watch_failed = async {
+            if watchers.is_empty() {
+                return std::future::pending().await;
+            }
+            let (r, _, _) = futures::future::select_all(watchers.iter_mut()).await;
+            match r {
+                Err(e) if e.is_panic() => {
+                    anyhow::anyhow!("a DNS watcher panicked: {}", panic_text(e))
+                }
+                Err(e) => anyhow::anyhow!("a DNS watcher stopped: {e}"),
+                Ok(()) => anyhow::anyhow!("a DNS watcher ended"),
+            }
+        };
+        let result = tokio::select! {
+            r = server.run(shutdown) => r,
+            e = watch_failed => {
+                // Answers would go stale: not ready until restarted.
+                shared.set_not_ready();
+                Err(e)
+            }
+        };
+        ops_task.abort();
+        for w in watchers {
+            w.abort();
+        }
+        result
+    }
+}
+
+fn panic_text(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(non-string panic payload)".into()),
+        Err(e) => e.to_string(),
+    }
 }
 
 /// A DNS server running in-process from a prebuilt index (tests, benchmarks).

@@ -3,6 +3,11 @@
 //! UDP is served by a few OS threads blocking on clones of one socket (one syscall per receive,
 //! no readiness polling); each thread keeps a cache of encoded cluster answers, invalidated when
 //! the index generation changes. Forwarding runs on the tokio runtime.
+//!
+//! TCP connections are capped ([`TcpConfig::max_connections`]): at the cap the server stops
+//! accepting and new connections wait in the kernel's listen queue until a slot frees. Each
+//! connection has CoreDNS's default timeouts: 3 s to read a query, 10 s idle between queries,
+//! 5 s to write an answer. Accept errors back off instead of spinning.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -21,7 +26,6 @@ use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::wire::{self, ParseError, Request};
 
-const TCP_IDLE: Duration = Duration::from_secs(10);
 const ANSWER_CACHE_MAX: usize = 100_000;
 
 /// The index shared by the watchers (writers) and the servers (readers).
@@ -57,6 +61,9 @@ impl SharedIndex {
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
     }
+    pub fn set_not_ready(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
@@ -72,6 +79,40 @@ pub struct ServerConfig {
     /// Clients allowed to have non-cluster names resolved (everyone gets cluster answers).
     pub allow_recursion_from: Vec<IpNet>,
     pub forward: ForwardConfig,
+    pub tcp: TcpConfig,
+}
+
+/// DNS-over-TCP limits.
+#[derive(Debug, Clone)]
+pub struct TcpConfig {
+    /// Concurrent connections; more wait in the listen queue.
+    pub max_connections: usize,
+    /// Time to read a whole query once a connection is open (CoreDNS: 3 s).
+    pub read_timeout: Duration,
+    /// Time a connection may stay open between queries (CoreDNS: 10 s).
+    pub idle_timeout: Duration,
+    /// Time to write an answer (CoreDNS: 5 s).
+    pub write_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            max_connections: default_tcp_max_connections(),
+            read_timeout: Duration::from_secs(3),
+            idle_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The TCP cap a DNS server alone in its process gets from the descriptor limit.
+pub fn default_tcp_max_connections() -> usize {
+    let parts = ferry_limits::Parts {
+        dns: true,
+        ..Default::default()
+    };
+    ferry_limits::plan(ferry_limits::fdlimit::current().soft, parts).dns_tcp
 }
 
 struct Inner {
@@ -79,6 +120,7 @@ struct Inner {
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
     acl: Vec<IpNet>,
+    tcp: TcpConfig,
 }
 
 /// Encoded cluster answers of one worker, keyed by request shape.
@@ -220,7 +262,20 @@ pub struct Server {
     tcp: TcpListener,
     workers: usize,
     inner: Arc<Inner>,
+    tcp_limit: ferry_limits::ConnLimiter,
 }
+
+/// Sets the UDP workers' stop flag when dropped, so they end even if the server task panics.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+static TCP_FULL: ferry_limits::LogLimiter =
+    ferry_limits::LogLimiter::new(3, Duration::from_secs(10));
 
 impl Server {
     /// Binds the sockets.
@@ -252,17 +307,20 @@ impl Server {
         }
         let (udp, tcp) = bound.context("no port free for both UDP and TCP")?;
         let forwarder = Forwarder::new(cfg.forward, metrics.clone());
+        let tcp_limit = ferry_limits::ConnLimiter::new("dns-tcp", cfg.tcp.max_connections);
         let inner = Arc::new(Inner {
             index,
             forwarder,
             metrics,
             acl: cfg.allow_recursion_from,
+            tcp: cfg.tcp,
         });
         Ok(Server {
             udp,
             tcp,
             workers: cfg.udp_workers.max(1),
             inner,
+            tcp_limit,
         })
     }
 
@@ -277,9 +335,15 @@ impl Server {
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
+    /// The TCP connection cap (tests, diagnostics).
+    pub fn tcp_limiter(&self) -> ferry_limits::ConnLimiter {
+        self.tcp_limit.clone()
+    }
+
     /// Serves until `shutdown` completes.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
+        let stop_guard = StopOnDrop(stop.clone());
         let rt = tokio::runtime::Handle::current();
         self.udp
             .set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -296,27 +360,35 @@ impl Server {
         }
         let inner = self.inner.clone();
         let tcp = self.tcp;
+        let limit = self.tcp_limit.clone();
         let accept = async move {
+            let mut acceptor = ferry_limits::Acceptor::new("dns-tcp");
             loop {
-                match tcp.accept().await {
-                    Ok((stream, peer)) => {
-                        let inner = inner.clone();
-                        tokio::spawn(async move {
-                            let _ = tcp_conn(stream, peer, inner).await;
-                        });
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "dns tcp accept");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
+                // A slot first: at the cap, new connections wait in the listen queue.
+                let permit = limit
+                    .acquire(|l| {
+                        if let Some(suppressed) = TCP_FULL.check() {
+                            tracing::warn!(
+                                cap = l.capacity(),
+                                suppressed,
+                                "DNS TCP connection limit reached; new connections wait"
+                            );
+                        }
+                    })
+                    .await;
+                let (stream, peer) = acceptor.accept(&tcp).await;
+                let inner = inner.clone();
+                tokio::spawn(async move {
+                    let _ = tcp_conn(stream, peer, inner).await;
+                    drop(permit);
+                });
             }
         };
         tokio::select! {
             _ = accept => {}
             _ = shutdown => {}
         }
-        stop.store(true, Ordering::Release);
+        drop(stop_guard);
         tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
@@ -335,6 +407,7 @@ fn udp_worker(
 ) {
     let mut buf = vec![0u8; 65535];
     let mut cache = AnswerCache::default();
+    let mut backoff = ferry_limits::AcceptBackoff::default();
     while !stop.load(Ordering::Acquire) {
         let (n, src) = match sock.recv_from(&mut buf) {
             Ok(v) => v,
@@ -346,11 +419,23 @@ fn udp_worker(
             {
                 continue;
             }
+            // ICMP errors of earlier replies.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                continue;
+            }
             Err(e) => {
+                // Out of memory or buffers: do not spin.
                 tracing::debug!(error = %e, "dns udp recv");
+                std::thread::sleep(backoff.next_delay());
                 continue;
             }
         };
+        backoff.reset();
         let start = Instant::now();
         let pkt = &buf[..n];
         match inner.handle_local(pkt, src.ip(), true, &mut cache) {
@@ -382,13 +467,22 @@ async fn tcp_conn(
     inner: Arc<Inner>,
 ) -> std::io::Result<()> {
     let mut cache = AnswerCache::default();
+    let cfg = inner.tcp.clone();
+    let mut first = true;
     loop {
-        let len = match tokio::time::timeout(TCP_IDLE, stream.read_u16()).await {
+        // The first query must come within the read timeout, later ones within the idle one.
+        let wait = if first {
+            cfg.read_timeout
+        } else {
+            cfg.idle_timeout
+        };
+        first = false;
+        let len = match tokio::time::timeout(wait, stream.read_u16()).await {
             Ok(Ok(l)) => l as usize,
             _ => return Ok(()),
         };
         let mut pkt = vec![0u8; len];
-        match tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut pkt)).await {
+        match tokio::time::timeout(cfg.read_timeout, stream.read_exact(&mut pkt)).await {
             Ok(Ok(_)) => {}
             _ => return Ok(()),
         }
@@ -407,7 +501,10 @@ async fn tcp_conn(
         let mut framed = Vec::with_capacity(out.len() + 2);
         framed.extend_from_slice(&(out.len() as u16).to_be_bytes());
         framed.extend_from_slice(&out);
-        stream.write_all(&framed).await?;
+        match tokio::time::timeout(cfg.write_timeout, stream.write_all(&framed)).await {
+            Ok(r) => r?,
+            Err(_) => return Ok(()),
+        }
         inner.metrics.observe(qtype, rcode, start.elapsed());
     }
 }

@@ -109,6 +109,7 @@ fn config(upstream: SocketAddr, stub: SocketAddr, acl: &str) -> ServerConfig {
             stubs: vec![("corp.example".into(), vec![stub])],
             timeout: Duration::from_millis(500),
         },
+        tcp: ferry_dns::TcpConfig::default(),
     }
 }
 

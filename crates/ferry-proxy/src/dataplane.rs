@@ -10,6 +10,15 @@
 //! Copying uses `tokio::io::copy_bidirectional_with_sizes` with 64 KiB buffers. `splice(2)`
 //! would avoid the copy through user space, but tokio exposes no safe splice and this workspace
 //! forbids `unsafe`; it is the next step for throughput.
+//!
+//! Limits (so that a flood through one Service cannot starve the process): every proxied TCP
+//! connection and UDP flow holds a permit of one per-process [`ConnLimiter`]
+//! (`--max-connections`). At the cap a new TCP connection is accepted and closed at once (as
+//! Envoy does on overflow; waiting for a permit before `accept` would park permits on idle
+//! listeners) and a datagram that would open a flow is dropped; both are logged at a bounded
+//! rate. Accept errors back off (see [`ferry_limits::accept`]). A TCP connection with no
+//! traffic either way for `tcp_idle` is closed, a UDP flow after `udp_idle`; both sides of a
+//! TCP connection get keepalive probes, so vanished peers are noticed long before that.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -17,7 +26,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use ferry_limits::{Acceptor, ConnLimiter, ConnPermit, LogLimiter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
@@ -153,19 +166,49 @@ struct Listener {
     cancel: CancellationToken,
 }
 
+/// The default idle timeout of a proxied TCP connection: 24 h, the established-connection
+/// timeout kube-proxy gives conntrack (`--conntrack-tcp-timeout-established`) in its kernel
+/// modes, so an idle connection through a Service lives as long as on any cluster. (The old
+/// userspace kube-proxy had no TCP idle timeout at all.)
+pub const DEFAULT_TCP_IDLE: Duration = Duration::from_secs(24 * 3600);
+/// The default idle timeout of a UDP flow: kube-proxy's userspace `--udp-timeout` (250 ms).
+pub const DEFAULT_UDP_IDLE: Duration = Duration::from_millis(250);
+
 /// Data-path settings.
 #[derive(Debug, Clone)]
 pub struct DataplaneConfig {
     /// A UDP flow without traffic for this long is forgotten.
     pub udp_idle: Duration,
+    /// A TCP connection without traffic either way for this long is closed (`None`: never).
+    pub tcp_idle: Option<Duration>,
+    /// Concurrent proxied connections and UDP flows of the whole proxy.
+    pub max_connections: usize,
 }
 
 impl Default for DataplaneConfig {
     fn default() -> Self {
         DataplaneConfig {
-            udp_idle: Duration::from_millis(250),
+            udp_idle: DEFAULT_UDP_IDLE,
+            tcp_idle: Some(DEFAULT_TCP_IDLE),
+            max_connections: default_max_connections(),
         }
     }
+}
+
+/// The cap a proxy alone in its process gets from the current descriptor limit.
+pub fn default_max_connections() -> usize {
+    let parts = ferry_limits::Parts {
+        proxy: true,
+        ..Default::default()
+    };
+    ferry_limits::plan(ferry_limits::fdlimit::current().soft, parts).proxy
+}
+
+/// What every connection task of the data path shares.
+struct Limits {
+    conns: ConnLimiter,
+    tcp_idle: Option<Duration>,
+    udp_idle: Duration,
 }
 
 /// Outcome of an apply.
@@ -178,7 +221,7 @@ pub struct ApplyReport {
 
 /// The live data path.
 pub struct Dataplane {
-    cfg: DataplaneConfig,
+    limits: Arc<Limits>,
     pools: HashMap<PoolKey, Arc<PoolHandle>>,
     listeners: HashMap<Frontend, Listener>,
     failed: BTreeSet<Frontend>,
@@ -188,7 +231,11 @@ pub struct Dataplane {
 impl Dataplane {
     pub fn new(cfg: DataplaneConfig, root: CancellationToken) -> Self {
         Dataplane {
-            cfg,
+            limits: Arc::new(Limits {
+                conns: ConnLimiter::new("proxy", cfg.max_connections),
+                tcp_idle: cfg.tcp_idle.filter(|d| !d.is_zero()),
+                udp_idle: cfg.udp_idle,
+            }),
             pools: HashMap::new(),
             listeners: HashMap::new(),
             failed: BTreeSet::new(),
@@ -199,6 +246,11 @@ impl Dataplane {
     /// The pool handle of a key (tests and diagnostics).
     pub fn pool(&self, key: &PoolKey) -> Option<Arc<PoolHandle>> {
         self.pools.get(key).cloned()
+    }
+
+    /// The connection cap shared by every frontend.
+    pub fn limiter(&self) -> &ConnLimiter {
+        &self.limits.conns
     }
 
     /// Frontends currently listening.
@@ -289,7 +341,7 @@ impl Dataplane {
                 sock.set_reuseaddr(true)?;
                 sock.bind(addr)?;
                 let listener = sock.listen(1024)?;
-                tokio::spawn(serve_tcp(listener, f, pool, cancel));
+                tokio::spawn(serve_tcp(listener, f, pool, cancel, self.limits.clone()));
             }
             Proto::Udp => {
                 let std_sock = std::net::UdpSocket::bind(addr)?;
@@ -300,7 +352,7 @@ impl Dataplane {
                     f,
                     pool,
                     cancel,
-                    self.cfg.udp_idle,
+                    self.limits.clone(),
                 ));
             }
             Proto::Sctp => {
@@ -321,26 +373,41 @@ impl Dataplane {
     }
 }
 
+static AT_CAP: LogLimiter = LogLimiter::new(3, Duration::from_secs(10));
+
+fn log_at_cap(limiter: &ConnLimiter, f: Frontend, what: &str) {
+    if let Some(suppressed) = AT_CAP.check() {
+        tracing::warn!(frontend = %f, cap = limiter.capacity(), suppressed,
+            "proxy connection limit reached (--max-connections): {what}");
+    }
+}
+
 async fn serve_tcp(
     listener: TcpListener,
     f: Frontend,
     pool: Arc<PoolHandle>,
     cancel: CancellationToken,
+    limits: Arc<Limits>,
 ) {
+    let mut acceptor = Acceptor::new("proxy");
     loop {
-        tokio::select! {
+        let (conn, peer) = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok((conn, peer)) => {
-                    tokio::spawn(proxy_tcp(conn, peer, f, pool.clone()));
-                }
-                Err(e) => {
-                    // Out of descriptors and the like: back off briefly.
-                    tracing::warn!(frontend = %f, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
+            r = acceptor.accept(&listener) => r,
+        };
+        let Some(permit) = limits.conns.try_acquire() else {
+            log_at_cap(&limits.conns, f, "closing new connections");
+            drop(conn);
+            continue;
+        };
+        tokio::spawn(proxy_tcp(
+            conn,
+            peer,
+            f,
+            pool.clone(),
+            permit,
+            limits.tcp_idle,
+        ));
     }
 }
 
@@ -367,28 +434,129 @@ pub async fn connect_backend(
     None
 }
 
-async fn proxy_tcp(mut client: TcpStream, peer: SocketAddr, f: Frontend, pool: Arc<PoolHandle>) {
+async fn proxy_tcp(
+    client: TcpStream,
+    peer: SocketAddr,
+    f: Frontend,
+    pool: Arc<PoolHandle>,
+    permit: ConnPermit,
+    idle: Option<Duration>,
+) {
+    let _permit = permit;
     let Some((mut backend, picked)) = connect_backend(&pool, peer.ip(), f.ip).await else {
         tracing::debug!(frontend = %f, client = %peer, "no endpoint reachable; closing");
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = backend.set_nodelay(true);
+    let ka = ferry_limits::keepalive::Keepalive::default();
+    let _ = ferry_limits::keepalive::set(&client, ka);
+    let _ = ferry_limits::keepalive::set(&backend, ka);
     if let Some(v) = picked.proxy_protocol {
         let h = proxyproto::header(v, peer, SocketAddr::new(f.ip, f.port));
         if backend.write_all(&h).await.is_err() {
             return;
         }
     }
-    let _ = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut backend, COPY_BUF, COPY_BUF)
-        .await;
+    let activity = Activity::new();
+    let mut client = Tracked {
+        inner: client,
+        activity: activity.clone(),
+    };
+    let mut backend = Tracked {
+        inner: backend,
+        activity: activity.clone(),
+    };
+    let copy =
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut backend, COPY_BUF, COPY_BUF);
+    match idle {
+        None => {
+            let _ = copy.await;
+        }
+        Some(idle) => {
+            tokio::select! {
+                _ = copy => {}
+                _ = activity.idle_for(idle) => {
+                    tracing::debug!(frontend = %f, client = %peer, ?idle, "idle timeout; closing");
+                }
+            }
+        }
+    }
     drop(picked.guard);
+}
+
+/// When a connection last carried data (milliseconds since its start).
+#[derive(Clone)]
+struct Activity {
+    base: Instant,
+    last: Arc<AtomicU64>,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            base: Instant::now(),
+            last: Arc::new(AtomicU64::new(0)),
+        }
+    }
+    fn touch(&self) {
+        self.last.store(millis_since(self.base), Ordering::Relaxed);
+    }
+    /// Completes once nothing was touched for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            let quiet = millis_since(self.base).saturating_sub(self.last.load(Ordering::Relaxed));
+            if quiet >= idle_ms {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(idle_ms - quiet)).await;
+        }
+    }
+}
+
+/// A stream that records when data was read from it.
+struct Tracked<S> {
+    inner: S,
+    activity: Activity,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 struct Flow {
     sock: Arc<UdpSocket>,
     last: AtomicU64,
     _guard: ActiveGuard,
+    _permit: ConnPermit,
 }
 
 fn millis_since(base: Instant) -> u64 {
@@ -406,19 +574,31 @@ async fn serve_udp(
     f: Frontend,
     pool: Arc<PoolHandle>,
     cancel: CancellationToken,
-    idle: Duration,
+    limits: Arc<Limits>,
 ) {
+    let idle = limits.udp_idle;
     let flows: Flows = Arc::new(Mutex::new(HashMap::new()));
     let base = Instant::now();
     let mut buf = vec![0u8; 65536];
+    let mut backoff = ferry_limits::AcceptBackoff::default();
     loop {
         let (n, client) = tokio::select! {
             _ = cancel.cancelled() => return,
             r = sock.recv_from(&mut buf) => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // ICMP errors from earlier sends surface here; nothing to do.
+                Ok(x) => {
+                    backoff.reset();
+                    x
+                }
+                // ICMP errors from earlier sends surface here; nothing to do.
+                Err(e) if matches!(e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset) => {
                     tracing::trace!(frontend = %f, error = %e, "udp recv");
+                    continue;
+                }
+                Err(e) => {
+                    let d = backoff.next_delay();
+                    tracing::trace!(frontend = %f, error = %e, "udp recv failed; backing off");
+                    tokio::time::sleep(d).await;
                     continue;
                 }
             }
@@ -426,7 +606,7 @@ async fn serve_udp(
         let existing = lock_flows(&flows).get(&client).cloned();
         let flow = match existing {
             Some(fl) => fl,
-            None => match open_flow(&pool, client, f).await {
+            None => match open_flow(&pool, client, f, &limits.conns).await {
                 Some(fl) => {
                     let fl = Arc::new(fl);
                     lock_flows(&flows).insert(client, fl.clone());
@@ -451,7 +631,16 @@ async fn serve_udp(
     }
 }
 
-async fn open_flow(pool: &PoolHandle, client: SocketAddr, f: Frontend) -> Option<Flow> {
+async fn open_flow(
+    pool: &PoolHandle,
+    client: SocketAddr,
+    f: Frontend,
+    conns: &ConnLimiter,
+) -> Option<Flow> {
+    let Some(permit) = conns.try_acquire() else {
+        log_at_cap(conns, f, "dropping datagrams of new UDP flows");
+        return None;
+    };
     let picked = pool.pick(client.ip(), f.ip, false, &[])?;
     let any: SocketAddr = if picked.endpoint.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
@@ -464,6 +653,7 @@ async fn open_flow(pool: &PoolHandle, client: SocketAddr, f: Frontend) -> Option
         sock: Arc::new(s),
         last: AtomicU64::new(0),
         _guard: picked.guard,
+        _permit: permit,
     })
 }
 

@@ -100,13 +100,22 @@ pub async fn serve(
     let l = TcpListener::bind(addr).await?;
     let local = l.local_addr()?;
     tokio::spawn(async move {
+        // Health checks are few; a cap keeps a flood from taking the proxy's descriptors.
+        let limiter = ferry_limits::ConnLimiter::new("proxy-healthz", 64);
+        let mut acceptor = ferry_limits::Acceptor::new("proxy-healthz");
         loop {
-            tokio::select! {
+            let (s, _) = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = l.accept() => if let Ok((s, _)) = r {
-                    tokio::spawn(handle(s, tracker.clone(), status.clone(), timeout));
-                }
-            }
+                r = acceptor.accept(&l) => r,
+            };
+            let Some(permit) = limiter.try_acquire() else {
+                continue;
+            };
+            let (tracker, status) = (tracker.clone(), status.clone());
+            tokio::spawn(async move {
+                handle(s, tracker, status, timeout).await;
+                drop(permit);
+            });
         }
     });
     Ok(local)

@@ -120,9 +120,20 @@ pub struct ProxyArgs {
     /// A change that waits longer than this for a sync makes `/healthz` fail.
     #[arg(long = "healthz-timeout", default_value = "60s", value_parser = parse_duration)]
     pub healthz_timeout: Duration,
-    /// Idle timeout of a UDP flow (client address -> endpoint).
-    #[arg(long = "udp-timeout", default_value = "250ms", value_parser = parse_duration)]
+    /// Idle timeout of a UDP flow (client address -> endpoint), as kube-proxy's userspace
+    /// `--udp-timeout`.
+    #[arg(long = "udp-timeout", visible_alias = "udp-idle-timeout", default_value = "250ms",
+        value_parser = parse_duration)]
     pub udp_timeout: Duration,
+    /// Idle timeout of a proxied TCP connection (no bytes either way); 0 for none. The default
+    /// is kube-proxy's conntrack `tcp-established` timeout; keepalive probes find dead peers
+    /// sooner.
+    #[arg(long = "tcp-idle-timeout", default_value = "24h", value_parser = parse_duration)]
+    pub tcp_idle_timeout: Duration,
+    /// Concurrent proxied connections and UDP flows; beyond it new connections are closed at
+    /// once and logged. 0 sizes it from the file-descriptor limit.
+    #[arg(long = "max-connections", default_value_t = 0)]
+    pub max_connections: usize,
 }
 
 impl Default for ProxyArgs {
@@ -138,7 +149,9 @@ impl Default for ProxyArgs {
             min_sync_period: Duration::from_millis(50),
             sync_period: Duration::from_secs(30),
             healthz_timeout: Duration::from_secs(60),
-            udp_timeout: Duration::from_millis(250),
+            udp_timeout: dataplane::DEFAULT_UDP_IDLE,
+            tcp_idle_timeout: dataplane::DEFAULT_TCP_IDLE,
+            max_connections: 0,
         }
     }
 }
@@ -178,6 +191,27 @@ impl Proxy {
         Ok(st.clone())
     }
 
+    /// Completes when one of the proxy's tasks (watchers, sync loop) has ended on its own, a
+    /// panic or an error; the proxy no longer follows the cluster then.
+    pub async fn failed(&mut self) -> String {
+        if self.tasks.is_empty() {
+            return std::future::pending().await;
+        }
+        let (r, i, _) = futures::future::select_all(self.tasks.iter_mut()).await;
+        let what = if i + 1 == self.tasks.len() {
+            "sync loop"
+        } else {
+            "watcher"
+        };
+        let msg = match r {
+            Ok(()) => format!("{what} ended"),
+            Err(e) if e.is_panic() => format!("{what} panicked: {}", panic_message(e)),
+            Err(e) => format!("{what} stopped: {e}"),
+        };
+        self.tasks.remove(i);
+        msg
+    }
+
     /// Stops watches, the loop and every listener.
     pub async fn stop(self) {
         self.cancel.cancel();
@@ -215,9 +249,16 @@ pub async fn start(
         None => None,
     };
     let mut tasks = watch::spawn(client, tracker.clone());
+    let max_connections = if args.max_connections == 0 {
+        dataplane::default_max_connections()
+    } else {
+        args.max_connections
+    };
     let dp = dataplane::Dataplane::new(
         dataplane::DataplaneConfig {
             udp_idle: args.udp_timeout,
+            tcp_idle: Some(args.tcp_idle_timeout).filter(|d| !d.is_zero()),
+            max_connections,
         },
         cancel.child_token(),
     );
@@ -237,6 +278,7 @@ pub async fn start(
         cancel.clone(),
     )));
     tracing::info!(node = %node_name, scheduler = %args.scheduler, healthz = ?healthz_addr,
+        max_connections, tcp_idle_timeout = ?args.tcp_idle_timeout, udp_timeout = ?args.udp_timeout,
         "service proxy started (userspace mode)");
     Ok(Proxy {
         healthz_addr,
@@ -262,10 +304,28 @@ pub async fn run(
     };
     let client = kube::Client::try_from(config)?;
     let cancel = CancellationToken::new();
-    let proxy = start(client, &args, cancel.clone()).await?;
-    shutdown.await;
+    let mut proxy = start(client, &args, cancel.clone()).await?;
+    let failure = tokio::select! {
+        _ = shutdown => None,
+        f = proxy.failed() => Some(f),
+    };
     proxy.stop().await;
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(f) => bail!("service proxy failed: {f}"),
+    }
+}
+
+/// The message of a panicked task.
+pub fn panic_message(e: tokio::task::JoinError) -> String {
+    match e.try_into_panic() {
+        Ok(p) => p
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(non-string panic payload)".into()),
+        Err(e) => e.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -296,8 +356,12 @@ mod tests {
             "",
             "--min-sync-period",
             "100ms",
-            "--udp-timeout",
+            "--udp-idle-timeout",
             "1s",
+            "--tcp-idle-timeout",
+            "0",
+            "--max-connections",
+            "100",
         ])
         .unwrap();
         assert_eq!(c.proxy.node_ip.len(), 2);
@@ -305,12 +369,17 @@ mod tests {
         assert_eq!(c.proxy.healthz_bind_address, OptAddr(None));
         assert_eq!(c.proxy.min_sync_period, Duration::from_millis(100));
         assert_eq!(c.proxy.udp_timeout, Duration::from_secs(1));
+        assert_eq!(c.proxy.tcp_idle_timeout, Duration::ZERO);
+        assert_eq!(c.proxy.max_connections, 100);
         let d = Cli::try_parse_from(["x"]).unwrap();
         assert_eq!(
             d.proxy.healthz_bind_address,
             OptAddr(Some("0.0.0.0:10256".parse().unwrap()))
         );
         assert_eq!(d.proxy.scheduler, Scheduler::RoundRobin);
+        assert_eq!(d.proxy.udp_timeout, Duration::from_millis(250));
+        assert_eq!(d.proxy.tcp_idle_timeout, Duration::from_secs(86400));
+        assert_eq!(d.proxy.max_connections, 0);
         assert!(Cli::try_parse_from(["x", "--scheduler", "wlc"]).is_err());
         assert!(Cli::try_parse_from(["x", "--proxy-mode", "iptables"]).is_err());
         assert!(Cli::try_parse_from(["x", "--sync-period", "5x"]).is_err());
