@@ -21,6 +21,7 @@
 
 pub mod dataplane;
 pub mod health;
+pub mod kernel;
 pub mod model;
 pub mod proxyproto;
 pub mod sched;
@@ -47,6 +48,18 @@ pub enum ProxyMode {
     /// Accept on the service addresses and copy bytes to the chosen endpoint.
     #[default]
     Userspace,
+    /// Ferry's own nftables table (maps-only layout), as root in the node's namespace.
+    Nftables,
+    /// kube-proxy's iptables chains through `iptables-restore` (seed 002).
+    Iptables,
+}
+
+/// Subcommands of `ferry proxy`.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum ProxyAction {
+    /// Explain, from the nftables rules the proxy would write for the cluster as it is, what
+    /// happens to a packet (no packet is sent).
+    Trace(kernel::TraceArgs),
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -101,8 +114,8 @@ pub struct ProxyArgs {
     /// `ferry.dev/scheduler` annotation.
     #[arg(long, default_value = "rr")]
     pub scheduler: Scheduler,
-    /// Proxy mode (only `userspace` in this release; nftables is planned).
-    #[arg(long = "proxy-mode", value_enum, default_value = "userspace")]
+    /// Proxy mode: userspace, nftables or iptables.
+    #[arg(long = "proxy-mode", alias = "mode", value_enum, default_value = "userspace")]
     pub proxy_mode: ProxyMode,
     /// Serve NodePorts on this address instead of the node IPs (e.g. 0.0.0.0 for every local
     /// address).
@@ -134,6 +147,10 @@ pub struct ProxyArgs {
     /// once and logged. 0 sizes it from the file-descriptor limit.
     #[arg(long = "max-connections", default_value_t = 0)]
     pub max_connections: usize,
+    #[command(flatten)]
+    pub kernel: kernel::KernelArgs,
+    #[command(subcommand)]
+    pub action: Option<ProxyAction>,
 }
 
 impl Default for ProxyArgs {
@@ -152,6 +169,8 @@ impl Default for ProxyArgs {
             udp_timeout: dataplane::DEFAULT_UDP_IDLE,
             tcp_idle_timeout: dataplane::DEFAULT_TCP_IDLE,
             max_connections: 0,
+            kernel: kernel::KernelArgs::default(),
+            action: None,
         }
     }
 }
@@ -229,7 +248,7 @@ pub async fn start(
     cancel: CancellationToken,
 ) -> Result<Proxy> {
     if args.proxy_mode != ProxyMode::Userspace {
-        bail!("unsupported proxy mode");
+        return kernel::start(client, args, cancel).await;
     }
     let node_name = args.node_name.clone().unwrap_or_else(hostname);
     let tracker = Arc::new(sync::Tracker::default());
@@ -293,6 +312,9 @@ pub async fn run(
     args: ProxyArgs,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    if args.kernel.cleanup {
+        return kernel::cleanup(&args);
+    }
     let config = match args.kubeconfig.as_deref() {
         Some(path) => {
             let kc = kube::config::Kubeconfig::read_from(path)
@@ -303,6 +325,14 @@ pub async fn run(
         None => kube::Config::infer().await?,
     };
     let client = kube::Client::try_from(config)?;
+    if let Some(ProxyAction::Trace(t)) = &args.action {
+        print!("{}", kernel::trace_cmd(client, &args, t).await?);
+        return Ok(());
+    }
+    if args.kernel.dry_run {
+        print!("{}", kernel::dry_run(client, &args).await?);
+        return Ok(());
+    }
     let cancel = CancellationToken::new();
     let mut proxy = start(client, &args, cancel.clone()).await?;
     let failure = tokio::select! {
@@ -381,7 +411,22 @@ mod tests {
         assert_eq!(d.proxy.tcp_idle_timeout, Duration::from_secs(86400));
         assert_eq!(d.proxy.max_connections, 0);
         assert!(Cli::try_parse_from(["x", "--scheduler", "wlc"]).is_err());
-        assert!(Cli::try_parse_from(["x", "--proxy-mode", "iptables"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--proxy-mode", "ipvs"]).is_err());
+        let k = Cli::try_parse_from([
+            "x",
+            "--mode",
+            "iptables",
+            "--dry-run",
+            "--cluster-cidr",
+            "10.244.0.0/16,fd00:10::/64",
+        ])
+        .unwrap();
+        assert_eq!(k.proxy.proxy_mode, ProxyMode::Iptables);
+        assert!(k.proxy.kernel.dry_run);
+        assert_eq!(k.proxy.kernel.cluster_cidr.len(), 2);
+        let t = Cli::try_parse_from(["x", "trace", "--from", "10.0.0.1", "--to", "10.96.0.1:80/tcp"])
+            .unwrap();
+        assert!(matches!(t.proxy.action, Some(ProxyAction::Trace(_))));
         assert!(Cli::try_parse_from(["x", "--sync-period", "5x"]).is_err());
     }
 

@@ -98,6 +98,18 @@ impl Tracker {
         st.synced_services && st.synced_slices
     }
 
+    /// Waits for the next recorded change (or `mark_synced`).
+    pub async fn changed(&self) {
+        self.notify.notified().await
+    }
+
+    /// Reads the state for a sync: the pending change counts as applied from here on.
+    pub fn take<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        let mut st = self.lock();
+        st.pending_since = None;
+        f(&st)
+    }
+
     /// How long the oldest unapplied change has waited (before the first sync: since start).
     pub fn pending_for(&self) -> Option<Duration> {
         let st = self.lock();

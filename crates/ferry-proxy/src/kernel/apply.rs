@@ -1,0 +1,346 @@
+//! Applying rendered state to the kernel: nftables through one `nft -f -` transaction per sync
+//! (the whole table on the first sync or after a failure, only the difference afterwards),
+//! iptables through `iptables-restore --noflush` of Ferry's chains only, and the removal of
+//! stale UDP conntrack entries. Commands may be prefixed (e.g. `ip netns exec NS`) to act in
+//! another network namespace.
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::input::{SvcPort, Target};
+use super::iptables::{self, IptConfig};
+use super::nft::{self, Ruleset};
+use crate::model::Proto;
+
+/// Errors of the appliers.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("running {cmd}: {source}")]
+    Spawn { cmd: String, source: std::io::Error },
+    #[error("{cmd} failed: {stderr}")]
+    Failed { cmd: String, stderr: String },
+}
+
+/// Runs `prefix + args` with `input` on stdin.
+pub fn run(prefix: &[String], args: &[&str], input: Option<&str>) -> Result<String, ApplyError> {
+    let mut argv: Vec<String> = prefix.to_vec();
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let cmd = argv.join(" ");
+    let Some((prog, rest)) = argv.split_first() else {
+        return Err(ApplyError::Failed {
+            cmd,
+            stderr: "empty command".into(),
+        });
+    };
+    let mut child = Command::new(prog)
+        .args(rest)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| ApplyError::Spawn {
+            cmd: cmd.clone(),
+            source,
+        })?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|source| ApplyError::Spawn {
+                cmd: cmd.clone(),
+                source,
+            })?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|source| ApplyError::Spawn {
+            cmd: cmd.clone(),
+            source,
+        })?;
+    if !out.status.success() {
+        let mut stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        stderr.truncate(4000);
+        return Err(ApplyError::Failed { cmd, stderr });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What one sync did.
+#[derive(Debug, Clone, Default)]
+pub struct SyncStats {
+    /// The whole table was written (first sync, resync after an error).
+    pub full: bool,
+    /// Operations sent (0: nothing changed, no process started).
+    pub ops: usize,
+    pub took: Duration,
+}
+
+/// Keeps Ferry's nftables table in the desired state.
+pub struct NftApplier {
+    pub table: String,
+    pub prefix: Vec<String>,
+    current: Option<Ruleset>,
+}
+
+impl NftApplier {
+    pub fn new(table: &str, prefix: Vec<String>) -> NftApplier {
+        NftApplier {
+            table: table.to_string(),
+            prefix,
+            current: None,
+        }
+    }
+
+    /// The state the kernel is believed to hold.
+    pub fn current(&self) -> Option<&Ruleset> {
+        self.current.as_ref()
+    }
+
+    /// The script the next sync would send.
+    pub fn script(&self, desired: &Ruleset) -> String {
+        match &self.current {
+            None => nft::render_full(&self.table, desired),
+            Some(cur) => nft::render_ops(&self.table, &nft::diff(cur, desired)),
+        }
+    }
+
+    /// Brings the table to `desired` in one transaction. On failure the next sync rewrites
+    /// the whole table.
+    pub fn sync(&mut self, desired: &Ruleset) -> Result<SyncStats, ApplyError> {
+        let started = Instant::now();
+        let (script, full, ops) = match &self.current {
+            None => (nft::render_full(&self.table, desired), true, 1),
+            Some(cur) => {
+                let ops = nft::diff(cur, desired);
+                if ops.is_empty() {
+                    return Ok(SyncStats::default());
+                }
+                (nft::render_ops(&self.table, &ops), false, ops.len())
+            }
+        };
+        self.current = None;
+        run(&self.prefix, &["nft", "-f", "-"], Some(&script))?;
+        self.current = Some(desired.clone());
+        Ok(SyncStats {
+            full,
+            ops,
+            took: started.elapsed(),
+        })
+    }
+
+    /// Forces a whole-table rewrite at the next sync.
+    pub fn invalidate(&mut self) {
+        self.current = None;
+    }
+
+    /// Deletes the table.
+    pub fn cleanup(&mut self) -> Result<(), ApplyError> {
+        self.current = None;
+        run(
+            &self.prefix,
+            &["nft", "-f", "-"],
+            Some(&nft::render_cleanup(&self.table)),
+        )
+        .map(|_| ())
+    }
+}
+
+/// Keeps upstream's iptables chains in the desired state (both families).
+pub struct IptApplier {
+    pub prefix: Vec<String>,
+    /// `iptables` or `iptables-legacy` (…-restore and ip6… are derived).
+    pub command: String,
+    chains: [BTreeSet<String>; 2],
+    last: [Option<String>; 2],
+    jumps: [bool; 2],
+}
+
+impl IptApplier {
+    pub fn new(command: &str, prefix: Vec<String>) -> IptApplier {
+        IptApplier {
+            prefix,
+            command: command.to_string(),
+            chains: [BTreeSet::new(), BTreeSet::new()],
+            last: [None, None],
+            jumps: [false, false],
+        }
+    }
+
+    fn cmd(&self, ipv6: bool, restore: bool) -> String {
+        let base = if ipv6 {
+            self.command.replacen("iptables", "ip6tables", 1)
+        } else {
+            self.command.clone()
+        };
+        if restore {
+            format!("{base}-restore")
+        } else {
+            base
+        }
+    }
+
+    /// The restore input of the next sync for one family.
+    pub fn render(&self, ports: &[SvcPort], ipv6: bool, cfg: &IptConfig) -> iptables::IptRules {
+        iptables::render(ports, ipv6, cfg, &self.chains[usize::from(ipv6)])
+    }
+
+    /// Writes both families (each family only when its text changed).
+    pub fn sync(&mut self, ports: &[SvcPort], cfg: &IptConfig) -> Result<SyncStats, ApplyError> {
+        let started = Instant::now();
+        let mut stats = SyncStats::default();
+        for ipv6 in [false, true] {
+            let i = usize::from(ipv6);
+            let r = self.render(ports, ipv6, cfg);
+            if self.last[i].as_deref() == Some(r.text.as_str()) && self.jumps[i] {
+                continue;
+            }
+            self.last[i] = None;
+            run(
+                &self.prefix,
+                &[&self.cmd(ipv6, true), "-w", "--noflush"],
+                Some(&r.text),
+            )?;
+            self.chains[i] = r.chains;
+            self.last[i] = Some(r.text);
+            stats.ops += 1;
+            if !self.jumps[i] {
+                self.ensure_jumps(ipv6)?;
+                self.jumps[i] = true;
+                stats.full = true;
+            }
+        }
+        stats.took = started.elapsed();
+        Ok(stats)
+    }
+
+    fn ensure_jumps(&self, ipv6: bool) -> Result<(), ApplyError> {
+        let ipt = self.cmd(ipv6, false);
+        for (table, chain, spec) in iptables::jump_rules() {
+            let mut check = vec![ipt.as_str(), "-w", "-t", table, "-C", chain];
+            check.extend(spec.iter().copied());
+            if run(&self.prefix, &check, None).is_err() {
+                let mut ins = vec![ipt.as_str(), "-w", "-t", table, "-I", chain];
+                ins.extend(spec.iter().copied());
+                run(&self.prefix, &ins, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the jumps and every chain of ours, in both families.
+    pub fn cleanup(&mut self) -> Result<(), ApplyError> {
+        for ipv6 in [false, true] {
+            let ipt = self.cmd(ipv6, false);
+            for (table, chain, spec) in iptables::jump_rules() {
+                let mut del = vec![ipt.as_str(), "-w", "-t", table, "-D", chain];
+                del.extend(spec.iter().copied());
+                while run(&self.prefix, &del, None).is_ok() {}
+            }
+            // Chains of ours left by an earlier run are found by name.
+            let mut chains = self.chains[usize::from(ipv6)].clone();
+            if let Ok(saved) = run(&self.prefix, &[&format!("{ipt}-save"), "-t", "nat"], None) {
+                for line in saved.lines() {
+                    if let Some(c) = line.strip_prefix(':')
+                        && let Some(name) = c.split_whitespace().next()
+                        && ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-SEP-"]
+                            .iter()
+                            .any(|p| name.starts_with(p))
+                    {
+                        chains.insert(name.to_string());
+                    }
+                }
+            }
+            let text = iptables::render_cleanup(&chains);
+            run(
+                &self.prefix,
+                &[&self.cmd(ipv6, true), "-w", "--noflush"],
+                Some(&text),
+            )?;
+            self.chains[usize::from(ipv6)].clear();
+            self.last[usize::from(ipv6)] = None;
+            self.jumps[usize::from(ipv6)] = false;
+        }
+        Ok(())
+    }
+}
+
+/// A UDP flow target that went away: conntrack entries DNATed to `endpoint` for `frontend`
+/// (`None`: a NodePort, any local address) must be deleted, or the flow keeps going to it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StaleUdp {
+    pub frontend: Option<std::net::IpAddr>,
+    pub port: u16,
+    pub endpoint: SocketAddr,
+}
+
+/// The UDP (frontend, endpoint) pairs served by `old` and not by `new`. Pure.
+pub fn stale_udp(old: &[SvcPort], new: &[SvcPort]) -> Vec<StaleUdp> {
+    fn pairs(ports: &[SvcPort]) -> BTreeSet<StaleUdp> {
+        let mut out = BTreeSet::new();
+        for sp in ports.iter().filter(|s| s.name.proto == Proto::Udp) {
+            if let Target::Pool(eps) = &sp.internal {
+                for ip in &sp.cluster_ips {
+                    for e in eps {
+                        out.insert(StaleUdp {
+                            frontend: Some(*ip),
+                            port: sp.port,
+                            endpoint: *e,
+                        });
+                    }
+                }
+            }
+            if let Target::Pool(eps) = &sp.external {
+                for e in eps {
+                    for (ip, _) in &sp.externals {
+                        out.insert(StaleUdp {
+                            frontend: Some(*ip),
+                            port: sp.port,
+                            endpoint: *e,
+                        });
+                    }
+                    if let Some(np) = sp.node_port {
+                        out.insert(StaleUdp {
+                            frontend: None,
+                            port: np,
+                            endpoint: *e,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+    let new = pairs(new);
+    pairs(old)
+        .into_iter()
+        .filter(|p| !new.contains(p))
+        .collect()
+}
+
+/// Deletes the conntrack entries of stale UDP flows (`conntrack -D` exits 1 when nothing
+/// matched: not an error).
+pub fn flush_stale_udp(prefix: &[String], stale: &[StaleUdp]) -> usize {
+    let mut n = 0;
+    for s in stale {
+        let port = s.port.to_string();
+        let ep = s.endpoint.ip().to_string();
+        let family = if s.endpoint.is_ipv6() { "ipv6" } else { "ipv4" };
+        let mut args: Vec<&str> = vec!["conntrack", "-D", "-f", family, "-p", "udp"];
+        let fe;
+        if let Some(ip) = s.frontend {
+            fe = ip.to_string();
+            args.extend(["--orig-dst", fe.as_str()]);
+        }
+        args.extend(["--orig-port-dst", port.as_str(), "--dst-nat", ep.as_str()]);
+        if run(prefix, &args, None).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
