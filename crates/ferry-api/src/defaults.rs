@@ -325,7 +325,12 @@ pub fn endpoint_slice(obj: &mut discovery::EndpointSlice) {
 
 pub fn ingress(_obj: &mut networking::Ingress) {}
 
-pub fn ingress_class(_obj: &mut networking::IngressClass) {}
+/// `SetDefaults_IngressClass`: parameters without a scope refer to a cluster-scoped resource.
+pub fn ingress_class(obj: &mut networking::IngressClass) {
+    if let Some(params) = obj.spec.as_mut().and_then(|s| s.parameters.as_mut()) {
+        set_str(&mut params.scope, "Cluster");
+    }
+}
 
 pub fn network_policy(obj: &mut networking::NetworkPolicy) {
     let spec = obj.spec.get_or_insert_with(Default::default);

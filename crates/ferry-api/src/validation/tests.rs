@@ -768,6 +768,34 @@ fn ingress_classes() {
             with(base.clone(), &["metadata", "namespace"], json!("default")),
             &["metadata.namespace: Forbidden: not allowed on this type"],
         ),
+        (
+            // seed 004's `external-lb`: no scope, defaulted to Cluster (as upstream).
+            "parameters without scope",
+            with(
+                base.clone(),
+                &["spec", "parameters"],
+                json!({"apiGroup": "k8s.example.com", "kind": "IngressParameters", "name": "external-lb"}),
+            ),
+            &[],
+        ),
+        (
+            "parameters without scope but with a namespace",
+            with(
+                base.clone(),
+                &["spec", "parameters"],
+                json!({"kind": "IngressParameters", "name": "p", "namespace": "x"}),
+            ),
+            &["spec.parameters.namespace: Forbidden: `parameters.scope` is set to 'Cluster'"],
+        ),
+        (
+            "namespace scope without namespace",
+            with(
+                base.clone(),
+                &["spec", "parameters"],
+                json!({"kind": "IngressParameter", "name": "p", "scope": "Namespace"}),
+            ),
+            &["spec.parameters.namespace: Required value: `parameters.scope` is set to 'Namespace'"],
+        ),
     ];
     table(cases, defaults::ingress_class, super::ingress_class);
     let mut old: super::networking_v1::IngressClass =
