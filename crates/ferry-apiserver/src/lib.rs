@@ -12,6 +12,7 @@ pub mod objects;
 pub mod patching;
 pub mod pki;
 pub mod podproxy;
+pub mod readyz;
 pub mod request;
 pub mod server;
 pub mod status;
@@ -45,6 +46,9 @@ pub struct Config {
     pub service_cidrs: Vec<alloc::Cidr>,
     /// `--service-node-port-range`.
     pub node_port_range: alloc::PortRange,
+    /// Concurrent client connections; more wait in the listen queue. 0 sizes it from the
+    /// file-descriptor limit.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             extra_sans: Vec::new(),
             service_cidrs: a.cidrs,
             node_port_range: a.node_ports,
+            max_connections: 0,
         }
     }
 }
@@ -140,6 +145,7 @@ pub async fn start(
         openapi: ferry_openapi::OpenApi::build(),
         token: Some(pki.admin_token.clone()),
         ready: false.into(),
+        checks: Default::default(),
         advertise: format!("{host}:{}", addr.port()),
     });
     let tls = if config.plain_http {
@@ -151,6 +157,18 @@ pub async fn start(
         server.clone(),
         listener,
         tls,
+        ferry_limits::ConnLimiter::new(
+            "apiserver",
+            if config.max_connections == 0 {
+                let parts = ferry_limits::Parts {
+                    apiserver: true,
+                    ..Default::default()
+                };
+                ferry_limits::plan(ferry_limits::fdlimit::current().soft, parts).apiserver
+            } else {
+                config.max_connections
+            },
+        ),
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;

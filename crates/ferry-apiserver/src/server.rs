@@ -30,6 +30,8 @@ pub struct Server {
     pub openapi: ferry_openapi::OpenApi,
     pub token: Option<String>,
     pub ready: AtomicBool,
+    /// Readiness checks besides `ready` (`ferry up` adds one per component).
+    pub checks: crate::readyz::Checks,
     pub advertise: String,
 }
 
@@ -102,16 +104,20 @@ impl Server {
         // Health and version are public, as upstream's system:public-info-viewer allows.
         match path.as_str() {
             "/healthz" | "/livez" => return full(200, "text/plain; charset=utf-8", "ok"),
-            "/readyz" => {
-                return if self.ready.load(Ordering::SeqCst) {
-                    full(200, "text/plain; charset=utf-8", "ok")
-                } else {
-                    full(
-                        500,
-                        "text/plain; charset=utf-8",
-                        "[-]ferry-ready failed: not ready\nreadyz check failed",
-                    )
-                };
+            p if p == "/readyz" || p.starts_with("/readyz/") => {
+                let mut results = vec![("ping".to_string(), Ok(()))];
+                results.push((
+                    "ferry-ready".to_string(),
+                    if self.ready.load(Ordering::SeqCst) {
+                        Ok(())
+                    } else {
+                        Err("not ready".to_string())
+                    },
+                ));
+                results.extend(self.checks.run());
+                let only = p.strip_prefix("/readyz/").filter(|n| !n.is_empty());
+                let (code, body) = crate::readyz::render(&results, only, req.uri().query());
+                return full(code, "text/plain; charset=utf-8", body);
             }
             "/version" => return json_response(200, &discovery::version()),
             _ => {}
@@ -360,20 +366,27 @@ pub async fn serve(
     server: Arc<Server>,
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
+    limit: ferry_limits::ConnLimiter,
     shutdown: CancellationToken,
 ) {
+    static FULL: ferry_limits::LogLimiter =
+        ferry_limits::LogLimiter::new(3, std::time::Duration::from_secs(10));
     let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut accept = ferry_limits::Acceptor::new("apiserver");
     loop {
+        // A connection slot first: at the cap, clients wait in the listen queue.
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = limit.acquire(|l| if let Some(suppressed) = FULL.check() {
+                tracing::warn!(cap = l.capacity(), suppressed,
+                    "API server connection limit reached; new connections wait");
+            }) => p,
+        };
+        // Accept errors (out of descriptors) back off instead of spinning.
         let (stream, peer): (tokio::net::TcpStream, SocketAddr) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    continue;
-                }
-            }
+            r = accept.accept(&listener) => r,
         };
         let _ = stream.set_nodelay(true);
         let server = server.clone();
@@ -388,6 +401,7 @@ pub async fn serve(
             Some(acceptor) => {
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let tls = match acceptor.accept(stream).await {
                         Ok(t) => t,
                         Err(e) => {
@@ -404,6 +418,7 @@ pub async fn serve(
             None => {
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     let conn = builder
                         .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), svc)
                         .into_owned();

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+mod supervise;
 mod up;
 
 #[derive(Parser, Debug)]
@@ -104,6 +105,10 @@ pub(crate) struct ServerArgs {
     /// Node port range (inclusive).
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
+    /// The soft file-descriptor limit (RLIMIT_NOFILE) to run with; default: raised to the
+    /// hard limit. Connection caps of the API server, DNS and proxy are cut from it.
+    #[arg(long)]
+    max_open_files: Option<u64>,
 }
 
 fn main() -> Result<()> {
@@ -115,6 +120,16 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // One descriptor per connection: raise the soft limit to the hard one (or to
+    // --max-open-files), before any component sizes its caps from it.
+    let target = match &cli.command {
+        Command::Up(a) | Command::Apiserver(a) => a.max_open_files,
+        _ => None,
+    };
+    match ferry_limits::raise_nofile(target) {
+        Ok(l) => tracing::info!(before = l.before, soft = l.soft, hard = ?l.hard, "file descriptor limit"),
+        Err(e) => tracing::warn!("{e}; keeping the current limit"),
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -193,8 +208,20 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&service_range(&a, mode))
             .context("--service-cluster-ip-range")?,
         node_port_range: a.service_node_port_range,
+        max_connections: {
+            let parts = if mode == "up" {
+                ferry_limits::Parts::ALL
+            } else {
+                ferry_limits::Parts {
+                    apiserver: true,
+                    ..Default::default()
+                }
+            };
+            ferry_limits::plan(ferry_limits::fdlimit::current().soft, parts).apiserver
+        },
     };
     let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
+    supervise::set_checks(running.server.checks.clone());
     tracing::info!(mode, url = %running.url, kubeconfig = %running.kubeconfig.display(), "ferry is ready");
     eprintln!(
         "ferry {mode}: API server ready at {} (kubeconfig: {})",

@@ -77,7 +77,7 @@ pub async fn start_services(
         }
     });
     if dns_listen != "off" {
-        start_dns(a, &kubeconfig, shutdown, &dns_listen)?;
+        start_dns(a, &kubeconfig, shutdown, &dns_listen).await?;
     }
     if !root {
         eprintln!(
@@ -202,15 +202,23 @@ fn start_controllers(
         .context("controller arguments")?
         .c;
     let stop = shutdown.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ferry_controllers::run(args, stop.cancelled_owned()).await {
-            tracing::error!("controllers stopped: {e:#}");
-        }
-    });
+    crate::supervise::spawn(
+        crate::supervise::Component::new("ferry-controllers"),
+        shutdown.clone(),
+        move || ferry_controllers::run(args.clone(), stop.clone().cancelled_owned()),
+    );
     Ok(())
 }
 
-fn start_dns(
+/// Connection caps of the components sharing this process's descriptors.
+fn budget() -> ferry_limits::Budget {
+    ferry_limits::plan(
+        ferry_limits::fdlimit::current().soft,
+        ferry_limits::Parts::ALL,
+    )
+}
+
+async fn start_dns(
     a: &ServerArgs,
     kubeconfig: &Path,
     shutdown: &CancellationToken,
@@ -242,11 +250,36 @@ fn start_dns(
                 .join(","),
         );
     }
+    argv.push(format!("--tcp-max-connections={}", budget().dns_tcp));
     let args = Wrap::try_parse_from(argv).context("DNS arguments")?.dns;
+    // Bind now: a taken port stops `ferry up` at once, naming it.
+    let first = ferry_dns::prepare(&args).await?;
+    let component = crate::supervise::Component::new("ferry-dns");
+    // Ready once the running instance has its first full lists.
+    let index: std::sync::Arc<std::sync::Mutex<Option<std::sync::Arc<ferry_dns::SharedIndex>>>> =
+        Default::default();
+    crate::supervise::add_check("ferry-dns", {
+        let (component, index) = (component.clone(), index.clone());
+        move || {
+            component.check()?;
+            match &*index.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some(i) if i.is_ready() => Ok(()),
+                _ => Err("DNS has not synced Services and EndpointSlices yet".into()),
+            }
+        }
+    });
+    let mut first = Some(first);
     let stop = shutdown.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ferry_dns::run(args, stop.cancelled_owned()).await {
-            tracing::error!("cluster DNS stopped: {e:#}");
+    crate::supervise::spawn(component, shutdown.clone(), move || {
+        let (prepared, args, stop, index) =
+            (first.take(), args.clone(), stop.clone(), index.clone());
+        async move {
+            let p = match prepared {
+                Some(p) => p,
+                None => ferry_dns::prepare(&args).await?,
+            };
+            *index.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.readiness());
+            p.run(stop.cancelled_owned()).await
         }
     });
     eprintln!("ferry up: cluster DNS on {listen} (UDP and TCP)");
@@ -274,14 +307,15 @@ fn start_proxy(
         "--node-ip".into(),
         "127.0.0.1".into(),
         format!("--healthz-bind-address={healthz}"),
+        format!("--max-connections={}", budget().proxy),
     ];
     let args = Wrap::try_parse_from(argv).context("proxy arguments")?.p;
     let stop = shutdown.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ferry_proxy::run(args, stop.cancelled_owned()).await {
-            tracing::error!("service proxy stopped: {e:#}");
-        }
-    });
+    crate::supervise::spawn(
+        crate::supervise::Component::new("ferry-proxy"),
+        shutdown.clone(),
+        move || ferry_proxy::run(args.clone(), stop.clone().cancelled_owned()),
+    );
     Ok(())
 }
 
