@@ -308,3 +308,113 @@ async fn classic_mode_avoids_service_range() {
         ]
     );
 }
+
+/// Seed 001's per-cluster config: no `nodeSelector` applies to every node. A node that no
+/// config can serve gets upstream's `CIDRNotAvailable` Event.
+#[tokio::test]
+async fn config_without_selector_and_cidr_not_available() {
+    let c = start().await;
+    let mut all = ccc("cluster-wide", Some(("10.30.0.0/23", 24)), None, json!({}));
+    all["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("nodeSelector");
+    create(&c.client, all).await;
+    node(&c, "w1", json!({"any": "thing"})).await;
+    node(&c, "w2", json!({})).await;
+    let mut got = vec![
+        cidrs(&c, "w1", 10).await.expect("w1"),
+        cidrs(&c, "w2", 10).await.expect("w2"),
+    ];
+    got.sort();
+    assert_eq!(got, vec![vec!["10.30.0.0/24"], vec!["10.30.1.0/24"]]);
+    // The config is exhausted: the third node gets nothing, and an Event says so.
+    node(&c, "w3", json!({})).await;
+    assert!(cidrs(&c, "w3", 2).await.is_none());
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    let ev = eventually(10, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("CIDRNotAvailable")
+                    && e.involved_object.name.as_deref() == Some("w3")
+            })
+    })
+    .await
+    .expect("CIDRNotAvailable event");
+    assert_eq!(ev.involved_object.kind.as_deref(), Some("Node"));
+    assert_eq!(ev.type_.as_deref(), Some("Normal"));
+    assert_eq!(
+        ev.message.as_deref(),
+        Some("Node w3 status is now: CIDRNotAvailable")
+    );
+}
+
+/// KEP-2593 / upstream `TestSyncClusterCIDRDeleteWithNodesAssociated`: a config that nodes use
+/// carries a finalizer; deleting it leaves it Terminating and unused for new nodes until those
+/// nodes are gone.
+#[tokio::test]
+async fn config_deletion_waits_for_its_nodes() {
+    let c = start().await;
+    create(
+        &c.client,
+        ccc(
+            "doomed",
+            Some(("10.40.0.0/16", 24)),
+            None,
+            json!({"p": "d"}),
+        ),
+    )
+    .await;
+    let configs: Api<kube::api::DynamicObject> = Api::all_with(
+        c.client.clone(),
+        &kube::api::ApiResource {
+            group: "baremetal.cluster.gke.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "baremetal.cluster.gke.io/v1alpha1".into(),
+            kind: "ClusterCIDRConfig".into(),
+            plural: "clustercidrconfigs".into(),
+        },
+    );
+    let fin = "networking.k8s.io/cluster-cidr-finalizer";
+    eventually(10, || async {
+        let o = configs.get("doomed").await.ok()?;
+        o.metadata
+            .finalizers
+            .unwrap_or_default()
+            .iter()
+            .any(|f| f == fin)
+            .then_some(())
+    })
+    .await
+    .expect("finalizer added");
+    node(&c, "d1", json!({"p": "d"})).await;
+    assert_eq!(cidrs(&c, "d1", 10).await.expect("d1"), vec!["10.40.0.0/24"]);
+    configs
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .expect("delete config");
+    // Still there, Terminating, while d1 holds a block from it.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let o = configs.get("doomed").await.expect("still there");
+    assert!(o.metadata.deletion_timestamp.is_some());
+    // A new node is not served from a Terminating config.
+    node(&c, "d2", json!({"p": "d"})).await;
+    assert!(cidrs(&c, "d2", 2).await.is_none());
+    // Once its nodes are gone, the config goes.
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    nodes
+        .delete("d1", &DeleteParams::default())
+        .await
+        .expect("delete d1");
+    eventually(15, || async {
+        configs.get("doomed").await.err().map(|_| ())
+    })
+    .await
+    .expect("config removed once unused");
+}

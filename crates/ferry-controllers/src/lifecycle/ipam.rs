@@ -2,7 +2,7 @@
 //! `ClusterCIDRConfig` (see [`super::ipam_core`]) or the classic `--cluster-cidr` pool. A block
 //! is free again as soon as its node is gone (allocations are read back from the nodes).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use ferry_api::custom::cluster_cidr_config::ClusterCIDRConfig;
 use ferry_api::selectors::{LabelSelector, from_optional_label_selector};
 use futures::FutureExt;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
@@ -81,7 +81,11 @@ pub fn pool_of(c: &ClusterCIDRConfig) -> Option<Pool> {
         return None;
     }
     let sel = c.spec.node_selector.as_ref();
-    let selector = from_optional_label_selector(sel).ok()?;
+    // No nodeSelector: a per-cluster config that applies to every node (seed 001).
+    let selector = match sel {
+        None => LabelSelector::everything(),
+        Some(_) => from_optional_label_selector(sel).ok()?,
+    };
     let mut labels: Vec<String> = sel
         .and_then(|s| s.match_labels.as_ref())
         .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
@@ -152,6 +156,8 @@ pub async fn run(client: kube::Client, cfg: IpamConfig, stop: CancellationToken)
     let api: Api<Node> = Api::all(client.clone());
     // Written but not yet seen in the cache: node name -> blocks.
     let mut pending: HashMap<String, (Vec<IpNet>, Instant)> = HashMap::new();
+    // Nodes already told (by an Event) that no pod CIDR is available, until they get one.
+    let mut reported: HashSet<String> = HashSet::new();
     loop {
         let all: BTreeMap<String, Arc<Node>> = nodes
             .state()
@@ -162,11 +168,20 @@ pub async fn run(client: kube::Client, cfg: IpamConfig, stop: CancellationToken)
             t.elapsed() < Duration::from_secs(10)
                 && all.get(name).is_some_and(|n| node_cidrs(n).is_empty())
         });
-        let pools: Vec<Pool> = configs.state().iter().filter_map(|c| pool_of(c)).collect();
+        let config_objs = configs.state();
+        // A config being deleted hands out nothing new (it waits for its nodes to go).
+        let pools: Vec<Pool> = config_objs
+            .iter()
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .filter_map(|c| pool_of(c))
+            .collect();
         let mut taken: Vec<IpNet> = cfg.excluded.clone();
         for n in all.values() {
             taken.extend(node_cidrs(n));
         }
+        let node_blocks = taken[cfg.excluded.len()..].to_vec();
+        sync_finalizers(&client, &config_objs, &node_blocks).await;
+        reported.retain(|name| all.get(name).is_some_and(|n| node_cidrs(n).is_empty()));
         for (blocks, _) in pending.values() {
             taken.extend(blocks.iter().copied());
         }
@@ -182,7 +197,10 @@ pub async fn run(client: kube::Client, cfg: IpamConfig, stop: CancellationToken)
                 cands.push(c);
             }
             let Some((pool, blocks)) = core::allocate(&cands, &taken) else {
-                tracing::debug!("node {name}: no pod CIDR available");
+                if reported.insert(name.clone()) {
+                    tracing::warn!("node {name}: no pod CIDR available");
+                    cidr_not_available(&client, n);
+                }
                 continue;
             };
             let strs: Vec<String> = blocks.iter().map(|b| b.to_string()).collect();
@@ -204,6 +222,77 @@ pub async fn run(client: kube::Client, cfg: IpamConfig, stop: CancellationToken)
             _ = stop.cancelled() => return,
             _ = notify.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Upstream's node status Event when node IPAM has no block for a node
+/// (`Node <name> status is now: CIDRNotAvailable`, reported by `cidrAllocator`).
+fn cidr_not_available(client: &kube::Client, n: &Node) {
+    let name = n.name_any();
+    let about = ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(name.clone()),
+        // As upstream's node status events: the node's name stands in for its uid.
+        uid: Some(name.clone()),
+        ..Default::default()
+    };
+    super::events::record(
+        client,
+        about,
+        "Normal",
+        "CIDRNotAvailable",
+        format!("Node {name} status is now: CIDRNotAvailable"),
+        "cidrAllocator",
+    );
+}
+
+/// Keeps [`core::CONFIG_FINALIZER`] on live configs and takes it off deleted ones that no node
+/// uses any more. Conflicts are left to the next pass.
+async fn sync_finalizers(
+    client: &kube::Client,
+    configs: &[Arc<ClusterCIDRConfig>],
+    node_blocks: &[IpNet],
+) {
+    let states: Vec<core::ConfigState> = configs
+        .iter()
+        .map(|c| core::ConfigState {
+            name: c.name_any(),
+            has_finalizer: c.finalizers().iter().any(|f| f == core::CONFIG_FINALIZER),
+            deleting: c.metadata.deletion_timestamp.is_some(),
+            cidrs: [&c.spec.ipv4, &c.spec.ipv6]
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b.cidr.parse().ok())
+                .collect(),
+        })
+        .collect();
+    let api: Api<ClusterCIDRConfig> = Api::all(client.clone());
+    for action in core::finalizer_actions(&states, node_blocks) {
+        let (name, add) = match &action {
+            core::FinalizerAction::Add(n) => (n, true),
+            core::FinalizerAction::Remove(n) => (n, false),
+        };
+        let Some(c) = configs.iter().find(|c| c.name_any() == *name) else {
+            continue;
+        };
+        let mut fins: Vec<String> = c
+            .finalizers()
+            .iter()
+            .filter(|f| *f != core::CONFIG_FINALIZER)
+            .cloned()
+            .collect();
+        if add {
+            fins.push(core::CONFIG_FINALIZER.to_string());
+        }
+        let patch =
+            json!({"metadata": {"resourceVersion": c.resource_version(), "finalizers": fins}});
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!("ClusterCIDRConfig {name}: {action:?}"),
+            Err(e) => tracing::debug!("ClusterCIDRConfig {name}: finalizer: {e}"),
         }
     }
 }

@@ -56,8 +56,19 @@ pub struct Pool {
     pub match_count: usize,
 }
 
+/// Rule 2's count: the blocks a pool can hand out, counted by the family that has fewer (a
+/// dual-stack pool can never give out more nodes than its smaller family allows).
+pub fn max_allocatable(p: &Pool) -> u128 {
+    [p.ipv4, p.ipv6]
+        .into_iter()
+        .flatten()
+        .map(|f| f.capacity())
+        .min()
+        .unwrap_or(u128::MAX)
+}
+
 fn rank(a: &Pool, b: &Pool) -> Ordering {
-    let cap = |p: &Pool| p.ipv4.or(p.ipv6).map(|f| f.capacity()).unwrap_or(u128::MAX);
+    let cap = max_allocatable;
     let host = |p: &Pool| p.ipv4.or(p.ipv6).map(|f| f.host_bits()).unwrap_or(u32::MAX);
     let v4 = |p: &Pool| {
         p.ipv4.map(|f| match f.cidr.network() {
@@ -170,6 +181,44 @@ pub fn allocate(pools: &[&Pool], taken: &[IpNet]) -> Option<(String, Vec<IpNet>)
         }
     }
     None
+}
+
+/// The finalizer node IPAM keeps on every `ClusterCIDRConfig` (upstream's name) so that a config
+/// still in use by nodes is not removed while they hold its blocks.
+pub const CONFIG_FINALIZER: &str = "networking.k8s.io/cluster-cidr-finalizer";
+
+/// What node IPAM knows of one `ClusterCIDRConfig` for its finalizer.
+#[derive(Debug, Clone)]
+pub struct ConfigState {
+    pub name: String,
+    pub has_finalizer: bool,
+    pub deleting: bool,
+    pub cidrs: Vec<IpNet>,
+}
+
+/// A change to a config's finalizers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalizerAction {
+    Add(String),
+    Remove(String),
+}
+
+/// Finalizer bookkeeping (KEP-2593): a live config gets the finalizer; a config being deleted
+/// keeps it while any node's pod CIDR lies inside one of its CIDRs, and loses it once none does.
+pub fn finalizer_actions(configs: &[ConfigState], node_blocks: &[IpNet]) -> Vec<FinalizerAction> {
+    let in_use = |c: &ConfigState| {
+        node_blocks
+            .iter()
+            .any(|b| c.cidrs.iter().any(|cidr| cidr.contains(b)))
+    };
+    configs
+        .iter()
+        .filter_map(|c| match (c.deleting, c.has_finalizer) {
+            (false, false) => Some(FinalizerAction::Add(c.name.clone())),
+            (true, true) if !in_use(c) => Some(FinalizerAction::Remove(c.name.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 #[allow(clippy::type_complexity)]
@@ -399,6 +448,61 @@ mod tests {
                 }
                 taken.push(b);
             }
+        }
+    }
+
+    #[test]
+    fn rule_2_counts_the_smaller_family() {
+        // Dual-stack "ds": 256 IPv4 blocks but only 16 IPv6 blocks -> 16 allocatable, which
+        // beats the IPv4-only pool with 64.
+        let pools = vec![
+            pool("v4", Some(("10.0.0.0/18", 24)), None, &[("r", "a")]),
+            pool(
+                "ds",
+                Some(("10.1.0.0/16", 24)),
+                Some(("fd00::/116", 120)),
+                &[("r", "a")],
+            ),
+        ];
+        assert_eq!(max_allocatable(&pools[1]), 16);
+        assert_eq!(best(&pools, &[("r", "a")]), "ds");
+    }
+
+    #[test]
+    fn finalizers_follow_use() {
+        let net = |s: &str| -> IpNet { s.parse().expect("net") };
+        let cfg = |name: &str, fin: bool, del: bool| ConfigState {
+            name: name.into(),
+            has_finalizer: fin,
+            deleting: del,
+            cidrs: vec![net("10.0.0.0/16"), net("fd00::/112")],
+        };
+        let used = [net("10.0.3.0/24")];
+        let used6 = [net("fd00::100/120")];
+        let other = [net("10.1.0.0/24")];
+        let cases: Vec<(ConfigState, &[IpNet], Vec<FinalizerAction>)> = vec![
+            (
+                cfg("new", false, false),
+                &used,
+                vec![FinalizerAction::Add("new".into())],
+            ),
+            (cfg("live", true, false), &used, vec![]),
+            (cfg("busy", true, true), &used, vec![]),
+            (cfg("busy6", true, true), &used6, vec![]),
+            (
+                cfg("idle", true, true),
+                &other,
+                vec![FinalizerAction::Remove("idle".into())],
+            ),
+            (cfg("gone", false, true), &[], vec![]),
+        ];
+        for (c, blocks, want) in cases {
+            assert_eq!(
+                finalizer_actions(std::slice::from_ref(&c), blocks),
+                want,
+                "{}",
+                c.name
+            );
         }
     }
 }
