@@ -779,6 +779,24 @@ pub async fn thousand_concurrent_writers(store: Arc<dyn Store>) {
     assert_eq!(distinct.len(), 1000);
 }
 
+/// A value over [`crate::MAX_VALUE_BYTES`] is `TooLarge` on create and update; nothing is
+/// written.
+pub async fn oversized_value_refused(store: Arc<dyn Store>) {
+    let key = "/conformance/oversized/k";
+    let big = Bytes::from(vec![b'x'; crate::MAX_VALUE_BYTES + 1]);
+    assert!(matches!(
+        store.create(key, big.clone()).await,
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert_eq!(store.get(key).await.expect("get"), None);
+    let kv = store.create(key, b("small")).await.expect("create");
+    assert!(matches!(
+        store.update(key, big, kv.mod_revision).await,
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert_eq!(store.get(key).await.expect("get"), Some(kv));
+}
+
 /// Runs every case, each against a fresh store from `make`.
 pub async fn run_all<H, F, Fut>(make: F)
 where
@@ -810,7 +828,8 @@ where
         watch_replay_live_handover,
         compacted_revision_too_old,
         concurrent_create_one_wins,
-        thousand_concurrent_writers
+        thousand_concurrent_writers,
+        oversized_value_refused
     );
 }
 
@@ -839,6 +858,7 @@ macro_rules! conformance_tests {
             compacted_revision_too_old,
             concurrent_create_one_wins,
             thousand_concurrent_writers,
+            oversized_value_refused,
         );
     };
 }

@@ -449,6 +449,12 @@ fn classify(status: &tonic::Status) -> Failure {
     if lower.contains("future revision") {
         return Failure::Final(StoreError::FutureRevision(0));
     }
+    if lower.contains("request is too large") {
+        return Failure::Final(StoreError::TooLarge {
+            size: 0,
+            limit: crate::MAX_VALUE_BYTES,
+        });
+    }
     let not_sent = lower.contains("connect")
         || lower.contains("connection refused")
         || lower.contains("no leader");
@@ -855,6 +861,7 @@ impl Store for EtcdStore {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        crate::check_value_size(&value)?;
         let k = self.keys.to_etcd(key);
         let req = pb::TxnRequest {
             compare: vec![cmp(
@@ -886,6 +893,7 @@ impl Store for EtcdStore {
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        crate::check_value_size(&value)?;
         let k = self.keys.to_etcd(key);
         let req = pb::TxnRequest {
             compare: vec![

@@ -22,6 +22,7 @@ mod codec;
 mod compactor;
 pub mod conformance;
 pub mod etcd_store;
+pub mod private_fs;
 pub mod redb_store;
 
 pub use compactor::{CompactorHandle, compaction_target, spawn_compactor};
@@ -32,6 +33,10 @@ use bytes::Bytes;
 use futures::Stream;
 
 pub type Revision = i64;
+
+/// The largest value a write may store: etcd's default `--max-request-bytes` (1.5 MiB), so
+/// that every backend refuses the same writes. Larger values are [`StoreError::TooLarge`].
+pub const MAX_VALUE_BYTES: usize = 1_572_864;
 
 /// One stored key and its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +118,10 @@ pub enum StoreError {
     WatchLagged,
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The value is larger than the store takes ([`MAX_VALUE_BYTES`], or etcd's own limit);
+    /// nothing was written.
+    #[error("etcdserver: request is too large ({size} bytes, limit is {limit})")]
+    TooLarge { size: usize, limit: usize },
     #[error("store error: {0}")]
     Internal(String),
 }
@@ -122,6 +131,17 @@ pub type Result<T> = std::result::Result<T, StoreError>;
 /// A stream of watch events, in revision order. An `Err` item ends the stream.
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
 
+/// Refuses a value over [`MAX_VALUE_BYTES`].
+pub fn check_value_size(value: &[u8]) -> Result<()> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(StoreError::TooLarge {
+            size: value.len(),
+            limit: MAX_VALUE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// The storage contract. Implementations must be safe to share between tasks.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -129,7 +149,8 @@ pub trait Store: Send + Sync + 'static {
     async fn current_revision(&self) -> Result<Revision>;
     async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
     async fn range(&self, prefix: &str, opts: RangeOptions) -> Result<RangeResult>;
-    /// Stores `value` under `key` if the key is absent.
+    /// Stores `value` under `key` if the key is absent. Values over [`MAX_VALUE_BYTES`] are
+    /// [`StoreError::TooLarge`] (also for `update`).
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue>;
     /// Replaces the value if the key's mod revision equals `expected`.
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue>;

@@ -162,7 +162,8 @@ fn internal(e: impl Into<redb::Error>) -> StoreError {
 impl RedbStore {
     /// Opens (creating if needed) the store at `path`, with default options. If `path` is an
     /// existing directory, the file [`DEFAULT_FILE_NAME`] inside it is used; otherwise `path` is
-    /// the database file and missing parent directories are created.
+    /// the database file and missing parent directories are created. The file is `0600` and new
+    /// directories `0700` (see [`crate::private_fs`]); a looser existing file is tightened.
     ///
     /// Opening needs no Tokio runtime (the writer is a plain thread), but `range` and `watch`
     /// use `tokio::task::spawn_blocking` and so must run inside one. A file can be open only
@@ -176,13 +177,19 @@ impl RedbStore {
         let file = if path.is_dir() {
             path.join(DEFAULT_FILE_NAME)
         } else {
-            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent).map_err(|e| {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && !parent.exists()
+            {
+                crate::private_fs::ensure_private_dir(parent).map_err(|e| {
                     StoreError::Unavailable(format!("creating {}: {e}", parent.display()))
                 })?;
             }
             path.to_path_buf()
         };
+        // The store holds every Secret: only its owner may read it. Created `0600` before redb
+        // opens it (so no umask widens it), and tightened if an older file is looser.
+        crate::private_fs::ensure_private_file(&file)
+            .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
         let mut builder = Database::builder();
         if let Some(bytes) = options.cache_size {
             builder.set_cache_size(bytes);
@@ -730,6 +737,7 @@ impl Store for RedbStore {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        crate::check_value_size(&value)?;
         match self
             .submit(Op::Create {
                 key: key.to_owned(),
@@ -743,6 +751,7 @@ impl Store for RedbStore {
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        crate::check_value_size(&value)?;
         let op = Op::Update {
             key: key.to_owned(),
             value,

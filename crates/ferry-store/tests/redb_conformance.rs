@@ -158,3 +158,24 @@ async fn compactor_bounds_history() {
     assert!(store.watch("/c/", 19).await.is_err());
     assert!(store.watch("/c/", 20).await.is_ok());
 }
+
+/// Issue 14, finding 5: the store file is `0600` (created so, whatever the umask), a new parent
+/// directory `0700`, and a store file left world-readable by an older build is tightened when
+/// opened.
+#[cfg(unix)]
+#[tokio::test]
+async fn store_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data/store.redb");
+    let store = RedbStore::open(&file).unwrap();
+    store.create("/k", Bytes::from_static(b"v")).await.unwrap();
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&dir.path().join("data")), 0o700);
+    store.close().await;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = RedbStore::open(&file).unwrap();
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(store.get("/k").await.unwrap().map(|kv| kv.value), Some(Bytes::from_static(b"v")));
+}

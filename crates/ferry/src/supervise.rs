@@ -136,6 +136,7 @@ where
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -150,7 +151,7 @@ mod tests {
         assert_eq!(restart_delay(Some(s(60)), s(301)), s(1));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_panicking_component_is_restarted_and_reported() {
         let c = Component::new("boom");
         let runs = Arc::new(AtomicU32::new(0));
@@ -186,7 +187,7 @@ mod tests {
         assert_eq!(runs.load(Ordering::SeqCst), 3);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn an_error_is_reported_until_the_restart() {
         let c = Component::new("err");
         let stop = CancellationToken::new();

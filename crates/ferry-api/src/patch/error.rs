@@ -15,6 +15,10 @@ pub enum PatchError {
     TestFailed(String),
     /// Server-side apply conflicts with other field managers: `409 Conflict`.
     Conflict(super::ApplyConflicts),
+    /// The patch asks for more work than one request may do (more JSON patch operations than
+    /// allowed): `413 RequestEntityTooLarge`. The message is upstream's text after its
+    /// `Request entity too large: ` prefix, which [`fmt::Display`] adds.
+    TooLarge(String),
 }
 
 impl PatchError {
@@ -31,6 +35,7 @@ impl PatchError {
             PatchError::BadRequest(_) => 400,
             PatchError::Invalid(_) | PatchError::TestFailed(_) => 422,
             PatchError::Conflict(_) => 409,
+            PatchError::TooLarge(_) => 413,
         }
     }
 
@@ -40,6 +45,7 @@ impl PatchError {
             PatchError::BadRequest(_) => "BadRequest",
             PatchError::Invalid(_) | PatchError::TestFailed(_) => "Invalid",
             PatchError::Conflict(_) => "Conflict",
+            PatchError::TooLarge(_) => "RequestEntityTooLarge",
         }
     }
 
@@ -63,6 +69,7 @@ impl fmt::Display for PatchError {
                 f.write_str(m)
             }
             PatchError::Conflict(c) => f.write_str(&c.message()),
+            PatchError::TooLarge(m) => write!(f, "Request entity too large: {m}"),
         }
     }
 }

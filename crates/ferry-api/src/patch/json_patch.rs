@@ -4,23 +4,120 @@
 //! aborts the whole patch. Error texts follow the Go library the API server uses
 //! (`"replace operation does not apply: doc is missing path: /a/b: missing value"`,
 //! `"testing value /a failed: test failed"`).
+//!
+//! The work one patch may do is bounded as kube-apiserver bounds it ([`Limits`]): at most
+//! 10,000 operations (more is `413 RequestEntityTooLarge`), and at most 3 MiB added by `copy`
+//! operations, counted as the compact JSON length of each copied value (more is `422`,
+//! CVE-2019-1002100: a few dozen self-doubling copies would otherwise need gigabytes).
+//! Operations also may not nest the document deeper than [`crate::decode::MAX_DEPTH`].
 
 use serde_json::Value;
 
 use super::PatchError;
+use crate::decode::{MAX_DEPTH, depth, encoded_len_within};
 
-/// Applies the JSON patch `ops` (an array of operation objects) to `target`.
+/// The most operations one JSON patch may hold (kube-apiserver's `maxJSONPatchOperations`).
+pub const MAX_OPERATIONS: usize = 10_000;
+
+/// The most bytes `copy` operations may add in one patch (kube-apiserver's
+/// `JSONPatchMaxCopyBytes`: twice etcd's 1.5 MiB request limit).
+pub const MAX_COPY_BYTES: u64 = 3 * 1024 * 1024;
+
+/// Bounds on the work of one patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// More operations than this: [`PatchError::TooLarge`].
+    pub max_operations: usize,
+    /// More bytes added by `copy` than this: [`PatchError::Invalid`].
+    pub max_copy_bytes: u64,
+    /// A result nested deeper than this: [`PatchError::Invalid`].
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_operations: MAX_OPERATIONS,
+            max_copy_bytes: MAX_COPY_BYTES,
+            max_depth: MAX_DEPTH,
+        }
+    }
+}
+
+/// Applies the JSON patch `ops` (an array of operation objects) to `target`, within the
+/// default [`Limits`].
 pub fn apply(target: &Value, ops: &Value) -> Result<Value, PatchError> {
+    apply_with(target, ops, &Limits::default())
+}
+
+/// Applies the JSON patch `ops` to `target` within `limits`.
+pub fn apply_with(target: &Value, ops: &Value, limits: &Limits) -> Result<Value, PatchError> {
     let Value::Array(ops) = ops else {
         return Err(PatchError::bad(
             "json: cannot unmarshal into Go value of type jsonpatch.Patch: the patch must be an array",
         ));
     };
+    if ops.len() > limits.max_operations {
+        return Err(PatchError::TooLarge(format!(
+            "The allowed maximum operations in a JSON patch is {}, got {}",
+            limits.max_operations,
+            ops.len()
+        )));
+    }
+    let mut state = State {
+        limits: *limits,
+        copied: 0,
+        // An upper bound of the document's depth: it only grows (removals are not counted
+        // down), so a `move` needs measuring only when it could pass the limit.
+        depth_bound: depth(target),
+    };
     let mut doc = target.clone();
     for op in ops {
-        apply_op(&mut doc, op)?;
+        apply_op(&mut doc, op, &mut state)?;
     }
     Ok(doc)
+}
+
+/// What one patch has used of its [`Limits`] so far.
+struct State {
+    limits: Limits,
+    copied: u64,
+    depth_bound: usize,
+}
+
+impl State {
+    /// Admits a value of depth `d` placed under `path`.
+    fn place(&mut self, kind: &str, path: &[String], d: usize) -> Result<(), PatchError> {
+        let total = path.len() + d;
+        if total > self.limits.max_depth {
+            return Err(PatchError::invalid(format!(
+                "{kind} operation does not apply: the result would be nested {total} levels deep, more than the limit of {}",
+                self.limits.max_depth
+            )));
+        }
+        self.depth_bound = self.depth_bound.max(total);
+        Ok(())
+    }
+
+    /// Charges a copy of `v` to the copy budget (without building the copy first).
+    fn charge_copy(&mut self, v: &Value) -> Result<(), PatchError> {
+        let left = self.limits.max_copy_bytes.saturating_sub(self.copied);
+        match encoded_len_within(v, left) {
+            Some(n) => {
+                self.copied += n;
+                Ok(())
+            }
+            None => {
+                // Like the Go library, report the total the copy reached.
+                let n = encoded_len_within(v, u64::MAX).unwrap_or(u64::MAX);
+                Err(PatchError::invalid(format!(
+                    "Unable to complete the copy, the accumulated size increase of copy is {}, exceeding the limit {}",
+                    self.copied.saturating_add(n),
+                    self.limits.max_copy_bytes
+                )))
+            }
+        }
+    }
 }
 
 fn str_member<'a>(op: &'a Value, name: &str, kind: &str) -> Result<&'a str, PatchError> {
@@ -32,7 +129,7 @@ fn str_member<'a>(op: &'a Value, name: &str, kind: &str) -> Result<&'a str, Patc
     }
 }
 
-fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
+fn apply_op(doc: &mut Value, op: &Value, state: &mut State) -> Result<(), PatchError> {
     let Value::Object(_) = op else {
         return Err(PatchError::bad("a JSON patch operation must be an object"));
     };
@@ -57,10 +154,15 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
         ))
     };
     match kind {
-        "add" => add(doc, &path, value()?).map_err(|_| missing("add")),
+        "add" => {
+            let v = value()?;
+            state.place(kind, &path, depth(&v))?;
+            add(doc, &path, v).map_err(|_| missing("add"))
+        }
         "remove" => remove(doc, &path).map(drop).map_err(|_| missing("remove")),
         "replace" => {
             let v = value()?;
+            state.place(kind, &path, depth(&v))?;
             let slot = get_mut(doc, &path).ok_or_else(|| missing("replace"))?;
             *slot = v;
             Ok(())
@@ -73,21 +175,38 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
                     "move operation does not apply: \"from\" {from_str} is a prefix of \"path\" {path_str}"
                 )));
             }
-            let v = remove(doc, &from).map_err(|_| {
+            let missing_from = || {
                 PatchError::invalid(format!(
                     "move operation does not apply: doc is missing from path: {from_str}: missing value"
                 ))
-            })?;
+            };
+            // A value moved no deeper than it was keeps the document within its bound.
+            let could_deepen = path.len() + state.depth_bound.saturating_sub(from.len())
+                > state.limits.max_depth;
+            if path.len() > from.len() {
+                if could_deepen {
+                    let d = get(doc, &from).map(depth).ok_or_else(missing_from)?;
+                    state.place(kind, &path, d)?;
+                } else {
+                    let bound = path.len() + state.depth_bound - from.len();
+                    state.depth_bound = state.depth_bound.max(bound);
+                }
+            }
+            let v = remove(doc, &from).map_err(|_| missing_from())?;
             add(doc, &path, v).map_err(|_| missing("move"))
         }
         "copy" => {
             let from_str = str_member(op, "from", kind)?;
             let from = parse_pointer(from_str)?;
-            let v = get(doc, &from).cloned().ok_or_else(|| {
+            let src = get(doc, &from).ok_or_else(|| {
                 PatchError::invalid(format!(
                     "copy operation does not apply: doc is missing from path: {from_str}: missing value"
                 ))
             })?;
+            // Measured and charged before anything is copied.
+            state.charge_copy(src)?;
+            state.place(kind, &path, depth(src))?;
+            let v = src.clone();
             add(doc, &path, v).map_err(|_| missing("copy"))
         }
         "test" => {
@@ -376,6 +495,108 @@ mod tests {
         }
         let e = apply(&doc, &json!([{"op":"test","path":"/foo","value":"x"}])).unwrap_err();
         assert!(matches!(e, PatchError::TestFailed(_)));
+    }
+
+    /// Finding 1 of issue 14: 41 copies of `/data` into itself, each doubling the document.
+    fn self_doubling(n: usize) -> Value {
+        Value::Array(
+            (0..n)
+                .map(|i| json!({"op": "copy", "from": "/data", "path": format!("/data/k{i}")}))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn self_doubling_copies_stop_at_the_copy_limit() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default"}, "data": {"seed": "x".repeat(40)}});
+        let e = apply(&cm, &self_doubling(41)).unwrap_err();
+        assert_eq!(e.code(), 422, "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("Unable to complete the copy, the accumulated size increase of copy is ")
+                && msg.ends_with(", exceeding the limit 3145728"),
+            "{msg}"
+        );
+        // The total named is the first one past the limit (the document doubled each time).
+        let total: u64 = msg
+            .split_whitespace()
+            .find_map(|w| w.trim_end_matches(',').parse().ok().filter(|n| *n > 1000))
+            .unwrap();
+        assert!(total > MAX_COPY_BYTES && total <= 2 * MAX_COPY_BYTES + 200, "{total}");
+        // Within the limit, the same copies apply.
+        let small = Limits {
+            max_copy_bytes: u64::MAX,
+            ..Limits::default()
+        };
+        let out = apply_with(&cm, &self_doubling(5), &small).unwrap();
+        assert_eq!(out["data"]["k4"]["k3"]["k2"]["k1"]["k0"]["seed"], json!("x".repeat(40)));
+    }
+
+    #[test]
+    fn copy_bytes_are_counted_as_compact_json() {
+        let doc = json!({"a": "xyz", "b": []});
+        // `"xyz"` is 5 bytes: two copies are 10.
+        let ops = json!([{"op":"copy","from":"/a","path":"/c"},{"op":"copy","from":"/a","path":"/d"}]);
+        let lim = |n| Limits {
+            max_copy_bytes: n,
+            ..Limits::default()
+        };
+        assert!(apply_with(&doc, &ops, &lim(10)).is_ok());
+        let e = apply_with(&doc, &ops, &lim(9)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Unable to complete the copy, the accumulated size increase of copy is 10, exceeding the limit 9"
+        );
+    }
+
+    #[test]
+    fn operation_count_is_bounded() {
+        let doc = json!({"a": 0});
+        let ops = |n: usize| Value::Array(vec![json!({"op":"replace","path":"/a","value":1}); n]);
+        assert_eq!(apply(&doc, &ops(MAX_OPERATIONS)).unwrap(), json!({"a": 1}));
+        let e = apply(&doc, &ops(20_000)).unwrap_err();
+        assert_eq!((e.code(), e.reason()), (413, "RequestEntityTooLarge"));
+        assert_eq!(
+            e.to_string(),
+            "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 20000"
+        );
+    }
+
+    #[test]
+    fn depth_is_bounded() {
+        let lim = Limits {
+            max_depth: 4,
+            ..Limits::default()
+        };
+        let doc = json!({"a": {"b": {}}});
+        // add / replace: path length + depth of the value.
+        assert!(apply_with(&doc, &json!([{"op":"add","path":"/a/b/c","value":1}]), &lim).is_ok());
+        for op in [
+            json!({"op":"add","path":"/a/b/c","value":{"d":1}}),
+            json!({"op":"replace","path":"/a/b","value":{"c":{"d":1}}}),
+            // copy of a 3-deep value under a 2-long path.
+            json!({"op":"copy","from":"/a","path":"/a/x"}),
+            // move of the same value one level deeper.
+            json!({"op":"move","from":"/a","path":"/c/a"}),
+        ] {
+            let d = json!({"a": {"b": {"x": 1}}, "c": {}});
+            let e = apply_with(&d, &json!([op]), &lim).unwrap_err();
+            assert_eq!(e.code(), 422, "{op}: {e}");
+            assert!(e.to_string().contains("levels deep"), "{op}: {e}");
+        }
+        // Moving up, or sideways, is always fine.
+        let d = json!({"a": {"b": {"x": 1}}, "c": {}});
+        let out = apply_with(&d, &json!([{"op":"move","from":"/a/b","path":"/b"}]), &lim).unwrap();
+        assert_eq!(out, json!({"a": {}, "c": {}, "b": {"x": 1}}));
+        // Repeated copies into the deepest point cannot build a deep chain either.
+        let chain = json!({"a": {"a": {}}});
+        let ops = Value::Array(
+            (0..60)
+                .map(|_| json!({"op":"copy","from":"/a","path":"/a/a/a"}))
+                .collect(),
+        );
+        assert_eq!(apply(&chain, &ops).unwrap_err().code(), 422);
     }
 
     #[test]
