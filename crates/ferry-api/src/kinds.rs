@@ -441,6 +441,10 @@ fn build() -> Vec<Box<dyn Strategy>> {
     });
     // Ferry's own kinds carry their strategy functions in their module.
     v.push(Box::new(crate::custom::cluster_cidr_config::strategy()));
+    v.push(Box::new(crate::rbac::cluster_role_binding_strategy()));
+    v.push(Box::new(crate::rbac::cluster_role_strategy()));
+    v.push(Box::new(crate::rbac::role_binding_strategy()));
+    v.push(Box::new(crate::rbac::role_strategy()));
     v
 }
 

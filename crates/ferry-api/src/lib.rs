@@ -11,6 +11,7 @@ pub mod names;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;
+pub mod rbac;
 pub mod selectors;
 pub mod validation;
 

@@ -168,6 +168,16 @@ pub(super) static FIELD_META: &[(&str, &str, FieldMeta)] = &[
     ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", m(Some("merge"), Some("uid"), Some("map"), &["uid"], None)),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "finalizers", m(Some("merge"), None, Some("set"), &[], None)),
     ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "managedFields", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.AggregationRule", "clusterRoleSelectors", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.ClusterRole", "rules", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.ClusterRoleBinding", "subjects", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.PolicyRule", "apiGroups", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.PolicyRule", "nonResourceURLs", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.PolicyRule", "resourceNames", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.PolicyRule", "resources", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.PolicyRule", "verbs", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.Role", "rules", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.rbac.v1.RoleBinding", "subjects", m(None, None, Some("atomic"), &[], None)),
 ];
 
 /// Definitions whose structs are atomic (`x-kubernetes-map-type: atomic`, `+structType=atomic`).
