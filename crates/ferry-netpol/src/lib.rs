@@ -4,7 +4,9 @@
 //! per node; and, on the loopback pod network where nothing can be enforced, a Warning Event
 //! on every NetworkPolicy.
 
+pub mod apply;
 pub mod fixtures;
+pub mod log;
 pub mod matrix;
 pub mod model;
 pub mod render;

@@ -289,10 +289,11 @@ fn build_rule_chain(
     if rule.peers.is_empty() {
         peer_alts.push(None);
     } else {
-        for (f, ranges) in peer_ranges(model, &policy.namespace, &rule.peers) {
-            if ranges.is_empty() {
-                continue;
-            }
+        // Both families' sets exist even when empty, so that pods coming and going are
+        // element operations, never rule changes.
+        let mut by = peer_ranges(model, &policy.namespace, &rule.peers);
+        for f in [Fam::V4, Fam::V6] {
+            let ranges = by.remove(&f).unwrap_or_default();
             let set = format!("{name}_p{}", fam_suffix(f));
             let elems = ranges
                 .iter()
@@ -322,7 +323,13 @@ fn build_rule_chain(
                 model.pods.values().filter(|p| !p.host_network),
             ),
         };
-        for (f, elems) in named {
+        let has_named = rule.ports.iter().any(|p| matches!(p.port, PortSel::Named(_)));
+        let mut named = named;
+        for f in [Fam::V4, Fam::V6] {
+            if !has_named {
+                break;
+            }
+            let elems = named.remove(&f).unwrap_or_default();
             let set = format!("{name}_m{}", fam_suffix(f));
             add_set(rs, &set, SetKind::AddrProtoPort(f), elems);
             port_alts.push(Some((Some(f), set)));
