@@ -192,7 +192,7 @@ fn nftables_and_iptables_in_a_throwaway_netns() {
 
     // nftables.
     let table = "ferry-kp-test";
-    let mut a = NftApplier::new(table, ns.prefix());
+    let mut a = NftApplier::new(table, Some(&ns.name));
     let cfg = NftConfig::default();
     let mut ports = vec![
         svc(
@@ -238,7 +238,7 @@ fn nftables_and_iptables_in_a_throwaway_netns() {
         "{script}"
     );
     let st = a.sync(&desired).unwrap();
-    assert!(!st.full && st.ops > 0);
+    assert!(!st.full && st.ops > 0 && st.netlink, "{st:?}");
     let seen = client("198.19.0.10", 80, 60);
     assert_eq!(seen.get("198.18.1.3"), None, "{seen:?}");
     assert!(

@@ -4,7 +4,7 @@
 //! stale UDP conntrack entries. Commands may be prefixed (e.g. `ip netns exec NS`) to act in
 //! another network namespace.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::input::{SvcPort, Target};
 use super::iptables::{self, IptConfig};
+use super::netlink::{self, NlSocket};
 use super::nft::{self, Ruleset};
 use crate::model::Proto;
 
@@ -79,22 +80,83 @@ pub struct SyncStats {
     /// Operations sent (0: nothing changed, no process started).
     pub ops: usize,
     pub took: Duration,
+    /// Sent over netlink (no `nft` process).
+    pub netlink: bool,
+}
+
+/// The command prefix that runs a command in network namespace `netns`.
+pub fn netns_prefix(netns: Option<&str>) -> Vec<String> {
+    match netns {
+        Some(ns) => vec!["ip".into(), "netns".into(), "exec".into(), ns.to_string()],
+        None => Vec::new(),
+    }
+}
+
+/// How the element-only syncs are sent.
+enum Fast {
+    /// Not tried yet.
+    Untried,
+    Netlink(NlSocket),
+    /// Netlink could not be opened: `nft -f` for everything.
+    Unavailable,
 }
 
 /// Keeps Ferry's nftables table in the desired state.
 pub struct NftApplier {
     pub table: String,
     pub prefix: Vec<String>,
+    netns: Option<String>,
     current: Option<Ruleset>,
+    fast: Fast,
+    /// Use netlink for element-only syncs (default); `false` sends everything through `nft`.
+    pub use_netlink: bool,
 }
 
 impl NftApplier {
-    pub fn new(table: &str, prefix: Vec<String>) -> NftApplier {
+    /// An applier acting in network namespace `netns` (`ip netns` name), or in the current one.
+    pub fn new(table: &str, netns: Option<&str>) -> NftApplier {
         NftApplier {
             table: table.to_string(),
-            prefix,
+            prefix: netns_prefix(netns),
+            netns: netns.map(str::to_string),
             current: None,
+            fast: Fast::Untried,
+            use_netlink: true,
         }
+    }
+
+    /// Sends element-only operations over netlink; `Ok(false)` when that path is unavailable.
+    fn try_netlink(&mut self, cur: &Ruleset, ops: &[nft::Op]) -> Result<bool, ApplyError> {
+        if !self.use_netlink || !netlink::elements_only(ops) {
+            return Ok(false);
+        }
+        if matches!(self.fast, Fast::Untried) {
+            self.fast = match NlSocket::open(self.netns.as_deref()) {
+                Ok(s) => Fast::Netlink(s),
+                Err(e) => {
+                    tracing::info!("nftables over netlink unavailable, using nft: {e}");
+                    Fast::Unavailable
+                }
+            };
+        }
+        let Fast::Netlink(sock) = &mut self.fast else {
+            return Ok(false);
+        };
+        let kinds: BTreeMap<String, nft::SetKind> = cur
+            .sets
+            .iter()
+            .filter_map(|(n, s)| s.kind.clone().map(|k| (n.clone(), k)))
+            .collect();
+        let (bytes, _) = netlink::encode_batch(&self.table, &kinds, ops, 0);
+        if bytes.len() > netlink::MAX_BATCH {
+            return Ok(false);
+        }
+        sock.apply(&self.table, &kinds, ops)
+            .map_err(|e| ApplyError::Failed {
+                cmd: "netlink batch".into(),
+                stderr: e.to_string(),
+            })?;
+        Ok(true)
     }
 
     /// The state the kernel is believed to hold.
@@ -114,23 +176,33 @@ impl NftApplier {
     /// the whole table.
     pub fn sync(&mut self, desired: &Ruleset) -> Result<SyncStats, ApplyError> {
         let started = Instant::now();
-        let (script, full, ops) = match &self.current {
+        let (script, full, ops) = match self.current.take() {
             None => (nft::render_full(&self.table, desired), true, 1),
             Some(cur) => {
-                let ops = nft::diff(cur, desired);
+                let ops = nft::diff(&cur, desired);
                 if ops.is_empty() {
+                    self.current = Some(cur);
                     return Ok(SyncStats::default());
+                }
+                if self.try_netlink(&cur, &ops)? {
+                    self.current = Some(desired.clone());
+                    return Ok(SyncStats {
+                        full: false,
+                        ops: ops.len(),
+                        took: started.elapsed(),
+                        netlink: true,
+                    });
                 }
                 (nft::render_ops(&self.table, &ops), false, ops.len())
             }
         };
-        self.current = None;
         run(&self.prefix, &["nft", "-f", "-"], Some(&script))?;
         self.current = Some(desired.clone());
         Ok(SyncStats {
             full,
             ops,
             took: started.elapsed(),
+            netlink: false,
         })
     }
 

@@ -14,6 +14,7 @@
 pub mod apply;
 pub mod input;
 pub mod iptables;
+pub mod netlink;
 pub mod nft;
 pub mod trace;
 
@@ -73,10 +74,7 @@ impl Default for KernelArgs {
 
 impl KernelArgs {
     fn prefix(&self) -> Vec<String> {
-        match &self.apply_in_netns {
-            Some(ns) => vec!["ip".into(), "netns".into(), "exec".into(), ns.clone()],
-            None => Vec::new(),
-        }
+        apply::netns_prefix(self.apply_in_netns.as_deref())
     }
 }
 
@@ -136,9 +134,10 @@ impl Applier {
     fn new(args: &ProxyArgs) -> Result<Applier> {
         let prefix = args.kernel.prefix();
         Ok(match args.proxy_mode {
-            ProxyMode::Nftables => {
-                Applier::Nft(apply::NftApplier::new(&args.kernel.nft_table, prefix))
-            }
+            ProxyMode::Nftables => Applier::Nft(apply::NftApplier::new(
+                &args.kernel.nft_table,
+                args.kernel.apply_in_netns.as_deref(),
+            )),
             ProxyMode::Iptables => Applier::Ipt(apply::IptApplier::new(
                 &args.kernel.iptables_command,
                 prefix,
@@ -169,9 +168,12 @@ impl Applier {
 /// `ferry proxy --cleanup`: removes Ferry's nftables table and kube-proxy's iptables chains.
 pub fn cleanup(args: &ProxyArgs) -> Result<()> {
     let prefix = args.kernel.prefix();
-    apply::NftApplier::new(&args.kernel.nft_table, prefix.clone())
-        .cleanup()
-        .context("removing the nftables table")?;
+    apply::NftApplier::new(
+        &args.kernel.nft_table,
+        args.kernel.apply_in_netns.as_deref(),
+    )
+    .cleanup()
+    .context("removing the nftables table")?;
     let mut ipt = apply::IptApplier::new(&args.kernel.iptables_command, prefix);
     if let Err(e) = ipt.cleanup() {
         // No iptables on the machine, or nothing of ours: only worth a note.
