@@ -289,13 +289,15 @@ pub async fn handle(
         "x-forwarded-proto",
         if conn.https { "https" } else { "http" },
     );
-    let uri: Uri = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/")
-        .parse()
-        .unwrap_or_else(|_| Uri::from_static("/"));
+    // Origin form towards the backend: the path and query only.
+    let uri = match parts.uri.path_and_query() {
+        Some(pq) => {
+            let mut up = http::uri::Parts::default();
+            up.path_and_query = Some(pq.clone());
+            Uri::from_parts(up).unwrap_or_else(|_| Uri::from_static("/"))
+        }
+        None => Uri::from_static("/"),
+    };
     let bodyless = body.is_end_stream();
     // A bodyless request can be sent again if a reused connection turns out closed.
     let replay = (bodyless && upgrade.is_none())

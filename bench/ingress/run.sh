@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Ingress proxy benchmark (not a test): HTTP/1.1 keep-alive requests/s and p99 latency through
+# Ferry's Ingress data path vs nginx and HAProxy (Debian packages) configured equivalently —
+# one frontend, Host/Prefix routing to one backend, keep-alive pooled upstream connections,
+# X-Forwarded-For/-Proto/-Host and X-Real-IP set — each proxy pinned to ONE core (taskset),
+# in the same run. The origin is an nginx answering 100-byte bodies; wrk and the origin share
+# the other core. Loopback only.
+#
+#   bench/ingress/run.sh [SECONDS=10] [CONNECTIONS=64] [ROUNDS=2]
+#
+# Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-10}
+CONNS=${2:-64}
+ROUNDS=${3:-2}
+PROXY_CPU=1
+LOAD_CPU=0
+ORIGIN=127.0.0.1:18080
+FERRY=127.0.0.1:18081
+NGINX=127.0.0.1:18082
+HAP=127.0.0.1:18083
+
+need=()
+for t in nginx haproxy wrk; do command -v "$t" >/dev/null 2>&1 || need+=("$t"); done
+if [ ${#need[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "need root to install ${need[*]}" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null; }
+fi
+# Debian's nginx package starts a service on port 80; this bench never uses it.
+
+nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench
+BIN=target/release/examples/ingress_bench
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+
+BODY=$(printf 'x%.0s' $(seq 1 99))   # 99 bytes + newline = 100-byte responses
+mkdir -p "$W/origin" "$W/nginx"
+cat >"$W/origin/nginx.conf" <<CFG
+daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid $W/origin/nginx.pid;
+error_log $W/origin/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server {
+    listen $ORIGIN reuseport backlog=4096;
+    default_type text/plain;
+    location / { return 200 "$BODY\n"; }
+  }
+}
+CFG
+cat >"$W/nginx/nginx.conf" <<CFG
+daemon off;
+master_process off;
+worker_processes 1;
+user root;
+pid $W/nginx/nginx.pid;
+error_log $W/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  upstream origin { server $ORIGIN; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen $NGINX backlog=4096;
+    server_name bench.test;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$http_host;
+      proxy_set_header X-Forwarded-For \$remote_addr;
+      proxy_set_header X-Real-IP \$remote_addr;
+      proxy_set_header X-Forwarded-Proto \$scheme;
+      proxy_set_header X-Forwarded-Host \$http_host;
+      proxy_set_header X-Forwarded-Port \$server_port;
+      proxy_buffering on;
+      proxy_next_upstream error timeout;
+    }
+  }
+}
+CFG
+cat >"$W/haproxy.cfg" <<CFG
+global
+    maxconn 8192
+    nbthread 1
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option http-keep-alive
+    http-reuse always
+frontend fe
+    bind $HAP
+    http-request set-header X-Forwarded-Proto http
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    http-request set-header X-Forwarded-Port %[dst_port]
+    http-request set-header X-Real-IP %[src]
+    option forwardfor
+    use_backend be if { hdr(host) -m beg bench.test }
+    default_backend be
+backend be
+    retry-on conn-failure
+    server s1 $ORIGIN
+CFG
+
+taskset -c $LOAD_CPU nginx -c "$W/origin/nginx.conf" & PIDS+=($!)
+taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!)
+taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!)
+taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!)
+sleep 2
+for a in $ORIGIN $FERRY $NGINX $HAP; do
+  curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
+done
+
+# wrk: requests/s and the p99 latency (in ms).
+run() {
+  local out rps p99
+  out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "http://$1/")
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
+  echo "$rps $p99"
+}
+echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, $ROUNDS rounds =="
+declare -A RPS P99
+for name in ferry nginx haproxy; do RPS[$name]=0; P99[$name]=0; done
+for r in $(seq 1 "$ROUNDS"); do
+  for name in ferry nginx haproxy; do
+    case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; esac
+    read -r rps p99 < <(run "$a")
+    printf '  round %d %-8s %10.0f req/s   p99 %7.2f ms\n' "$r" "$name" "$rps" "$p99"
+    RPS[$name]=$(awk -v a="${RPS[$name]}" -v b="$rps" 'BEGIN{print a+b}')
+    P99[$name]=$(awk -v a="${P99[$name]}" -v b="$p99" 'BEGIN{print (b>a)?b:a}')
+  done
+done
+echo "== mean req/s, worst p99 over rounds =="
+for name in ferry nginx haproxy; do
+  RPS[$name]=$(awk -v a="${RPS[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.0f", a/n}')
+  printf '  %-8s %10s req/s   p99 %7s ms\n' "$name" "${RPS[$name]}" "${P99[$name]}"
+done
+best=nginx
+if awk -v h="${RPS[haproxy]}" -v n="${RPS[nginx]}" 'BEGIN{exit !(h>n)}'; then best=haproxy; fi
+awk -v f="${RPS[ferry]}" -v n="${RPS[nginx]}" -v h="${RPS[haproxy]}" -v fp="${P99[ferry]}" \
+    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" 'BEGIN{
+  printf "ratio req/s  ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
+  printf "ratio p99    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
+}'

@@ -1,0 +1,78 @@
+//! The Ingress data path alone, for bench/ingress: one Ingress (`bench.test` and a catch-all
+//! rule, Prefix `/`) to a Service whose EndpointSlice lists the given backends, routed through
+//! the same pure table and proxy as `ferry ingress`, without an API server.
+//!
+//!     ingress_bench LISTEN BACKEND[,BACKEND...] [WORKER_THREADS]
+//!
+//! WORKER_THREADS 0 (default) runs a current-thread runtime (one core).
+
+use std::net::SocketAddr;
+
+use ferry_ingress::{proxy, routes};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(listen), Some(backends)) = (args.get(1), args.get(2)) else {
+        return Err("usage: ingress_bench LISTEN BACKEND[,BACKEND...] [THREADS]".into());
+    };
+    let listen: SocketAddr = listen.parse()?;
+    let backends: Vec<SocketAddr> = backends
+        .split(',')
+        .map(|b| b.parse())
+        .collect::<Result<_, _>>()?;
+    let threads: usize = args.get(3).and_then(|t| t.parse().ok()).unwrap_or(0);
+    let rt = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
+    rt.block_on(async move {
+        let mut inputs = routes::Inputs::default();
+        inputs.ingresses.push(serde_json::from_value(json!({
+            "metadata": {"name": "bench", "namespace": "default",
+                         "annotations": {"kubernetes.io/ingress.class": "ferry"}},
+            "spec": {"rules": [
+                {"host": "bench.test", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "origin", "port": {"number": 80}}}}]}},
+                {"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "origin", "port": {"number": 80}}}}]}}
+            ]}
+        }))?);
+        let key = ("default".to_string(), "origin".to_string());
+        inputs.services.insert(
+            key.clone(),
+            serde_json::from_value(json!({
+                "metadata": {"name": "origin", "namespace": "default"},
+                "spec": {"ports": [{"name": "http", "port": 80}]}
+            }))?,
+        );
+        let eps: Vec<_> = backends
+            .iter()
+            .map(|b| json!({"addresses": [b.ip().to_string()], "conditions": {"ready": true}}))
+            .collect();
+        inputs.slices.insert(
+            key,
+            vec![serde_json::from_value(json!({
+                "metadata": {"name": "origin-1", "namespace": "default",
+                             "labels": {"kubernetes.io/service-name": "origin"}},
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": backends[0].port(), "protocol": "TCP"}],
+                "endpoints": eps
+            }))?],
+        );
+        let built = routes::build(&inputs, &routes::ClassPolicy::default());
+        let shared = proxy::Shared::new(proxy::Limits::default(), false);
+        shared.swap_routes(built.table);
+        let listener = tokio::net::TcpListener::bind(listen).await?;
+        eprintln!("ingress_bench: listening on {listen}");
+        proxy::serve_http(shared, listener, CancellationToken::new()).await;
+        Ok::<(), Box<dyn std::error::Error>>(())
+    })
+}
