@@ -1020,8 +1020,7 @@ impl Api {
         let patch: Value = if is_apply {
             crate::body::parse_yaml_or_json(body)?
         } else {
-            serde_json::from_slice(body)
-                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?
+            crate::body::parse_json(body, "patch")?
         };
         if is_apply && q.get("fieldManager").is_none_or(str::is_empty) {
             return Err(ApiError::bad_request(
@@ -1058,7 +1057,7 @@ impl Api {
                 Some(old) => {
                     let base = old.clone();
                     match ct.as_str() {
-                        "application/merge-patch+json" => crate::patching::merge(&base, &patch),
+                        "application/merge-patch+json" => crate::patching::merge(&base, &patch)?,
                         "application/json-patch+json" => {
                             crate::patching::json_patch(&base, &patch)?
                         }
@@ -1119,7 +1118,7 @@ impl Api {
         self.write_scale(res, p, q, None, |scale| {
             let patched = match ct {
                 "application/json-patch+json" => crate::patching::json_patch(scale, patch)?,
-                _ => crate::patching::merge(scale, patch),
+                _ => crate::patching::merge(scale, patch)?,
             };
             Ok(patched
                 .pointer("/spec/replicas")

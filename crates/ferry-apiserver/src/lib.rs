@@ -1,12 +1,13 @@
 //! Ferry's Kubernetes-compatible API server: discovery, OpenAPI, CRUD, watch, patch, Tables,
 //! `Status` errors, bearer-token authentication over TLS, served from a watch cache in front of a
-//! [`ferry_store::Store`].
+//! [`ferry_store::Store`]. The work and memory of one request are bounded: see [`limits`].
 
 pub mod alloc;
 pub mod api;
 pub mod body;
 pub mod cache;
 pub mod discovery;
+pub mod limits;
 pub mod managed;
 pub mod objects;
 pub mod patching;
@@ -14,6 +15,7 @@ pub mod pki;
 pub mod podproxy;
 pub mod readyz;
 pub mod request;
+pub mod secret;
 pub mod server;
 pub mod status;
 pub mod table;
@@ -88,7 +90,7 @@ pub async fn start(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Running> {
-    std::fs::create_dir_all(&config.data_dir)
+    ferry_store::private_fs::ensure_private_dir(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let mut sans = config.extra_sans.clone();
     sans.push(config.listen.ip().to_string());

@@ -221,6 +221,7 @@ impl From<ferry_store::StoreError> for ApiError {
                 ApiError::gone_too_old(requested)
             }
             ferry_store::StoreError::Unavailable(m) => ApiError::unavailable(m),
+            ferry_store::StoreError::TooLarge { limit, .. } => crate::body::too_large(limit),
             other => ApiError::internal(other.to_string()),
         }
     }

@@ -80,13 +80,15 @@ impl Pool {
         }
     }
 
-    /// An idle connection to `ep` that is still open, if any (most recently used first).
-    pub fn checkout(&self, ep: SocketAddr) -> Option<Sender> {
+    /// An idle connection to `ep` that is still open, if any (most recently used first), and
+    /// how long it has been idle.
+    pub fn checkout(&self, ep: SocketAddr) -> Option<(Sender, Duration)> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(&ep)?;
         while let Some(c) = list.pop() {
-            if !c.tx.is_closed() && c.since.elapsed() < self.idle_timeout {
-                return Some(c.tx);
+            let idle_for = c.since.elapsed();
+            if !c.tx.is_closed() && idle_for < self.idle_timeout {
+                return Some((c.tx, idle_for));
             }
         }
         None

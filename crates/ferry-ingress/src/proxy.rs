@@ -238,9 +238,8 @@ pub async fn handle(
     conn: ConnInfo,
     mut req: Request<Incoming>,
 ) -> Result<Response<RespBody>, Infallible> {
-    let Some(raw_host) = host_of(&req) else {
-        return Ok(local(StatusCode::BAD_REQUEST, "400 Bad Request: no Host\n"));
-    };
+    // An HTTP/1.0 request without Host goes to the rules without a host.
+    let raw_host = host_of(&req).unwrap_or_default();
     let routes = shared.routes();
     let host = normalize_host(&raw_host);
     let target = routes.route(&host, req.uri().path()).cloned();
@@ -271,6 +270,7 @@ pub async fn handle(
         h.insert(header::UPGRADE, u.clone());
     }
     if !h.contains_key(header::HOST)
+        && !raw_host.is_empty()
         && let Ok(v) = HeaderValue::from_str(&raw_host)
     {
         h.insert(header::HOST, v);
@@ -298,15 +298,12 @@ pub async fn handle(
         }
         None => Uri::from_static("/"),
     };
-    let bodyless = body.is_end_stream();
-    // A bodyless request can be sent again if a reused connection turns out closed.
-    let replay = (bodyless && upgrade.is_none())
-        .then(|| (parts.method.clone(), uri.clone(), parts.headers.clone()));
+    let replayable = body.is_end_stream() && upgrade.is_none();
     let mut out = Request::from_parts(parts, ReqBody::Stream(body));
     *out.uri_mut() = uri;
     *out.version_mut() = Version::HTTP_11;
 
-    let resp = match send(&shared, upstream, out, replay).await {
+    let resp = match send(&shared, upstream, out, replayable).await {
         Ok(r) => r,
         Err(status) => {
             let text = if status == StatusCode::GATEWAY_TIMEOUT {
@@ -355,16 +352,20 @@ fn set(h: &mut HeaderMap, name: &'static str, value: &str) {
 
 type Sent = (SocketAddr, Sender, Response<Incoming>);
 
+/// A connection idle this long may be closed by the backend (its keep-alive timeout) just as
+/// a request is written on it: a bodyless request sent on it is kept, to be sent again.
+const STALE_AFTER: Duration = Duration::from_secs(1);
+
 /// Sends `req` to the upstream: round-robin over its endpoints, on to the next endpoint when a
 /// connection cannot be made; a request a reused connection could not carry is sent again.
 async fn send(
     shared: &Shared,
     upstream: &Upstream,
     req: Request<ReqBody>,
-    replay: Option<(Method, Uri, HeaderMap)>,
+    replayable: bool,
 ) -> Result<Sent, StatusCode> {
     let mut req = Some(req);
-    let mut replay = replay;
+    let mut replay: Option<(Method, Uri, HeaderMap)> = None;
     for ep in upstream.order() {
         // Reused connections first, then a new one; a failure to connect moves on.
         for _attempt in 0..4 {
@@ -372,7 +373,12 @@ async fn send(
                 return Err(StatusCode::BAD_GATEWAY);
             };
             let (mut tx, reused) = match shared.pool.checkout(ep) {
-                Some(tx) => (tx, true),
+                Some((tx, idle_for)) => {
+                    if replayable && replay.is_none() && idle_for >= STALE_AFTER {
+                        replay = Some((r.method().clone(), r.uri().clone(), r.headers().clone()));
+                    }
+                    (tx, true)
+                }
                 None => match shared.pool.connect(ep).await {
                     Ok(tx) => (tx, false),
                     Err(e) => {

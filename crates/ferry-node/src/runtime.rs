@@ -946,7 +946,8 @@ fn spawn(ctx: &Ctx, p: &Prepared, log: &std::path::Path) -> std::io::Result<toki
     let (prog, rest) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
-    let out = std::fs::OpenOptions::new()
+    // Pod logs may hold secrets: created 0600.
+    let out = ferry_store::private_fs::private_open_options()
         .create(true)
         .append(true)
         .open(log)?;

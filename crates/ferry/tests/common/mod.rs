@@ -149,6 +149,11 @@ impl Ferry {
         status
     }
 
+    /// The process id of the running `ferry`.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The Service range and the pod range of this instance.
     pub fn ranges(&self) -> (String, String) {
         let s = std::fs::read_to_string(self.dir.path().join("test-ranges")).unwrap_or_default();
