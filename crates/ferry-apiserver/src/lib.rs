@@ -1,13 +1,12 @@
 //! Ferry's Kubernetes-compatible API server: discovery, OpenAPI, CRUD, watch, patch, Tables,
 //! `Status` errors, bearer-token authentication over TLS, served from a watch cache in front of a
-//! [`ferry_store::Store`]. The work and memory of one request are bounded: see [`limits`].
+//! [`ferry_store::Store`].
 
 pub mod alloc;
 pub mod api;
 pub mod body;
 pub mod cache;
 pub mod discovery;
-pub mod limits;
 pub mod managed;
 pub mod objects;
 pub mod patching;
@@ -15,7 +14,6 @@ pub mod pki;
 pub mod podproxy;
 pub mod readyz;
 pub mod request;
-pub mod secret;
 pub mod server;
 pub mod status;
 pub mod table;
@@ -48,6 +46,13 @@ pub struct Config {
     pub service_cidrs: Vec<alloc::Cidr>,
     /// `--service-node-port-range`.
     pub node_port_range: alloc::PortRange,
+    /// `--kubelet-client-certificate` / `--kubelet-client-key`: the client certificate presented
+    /// to node agents (default: one the cluster CA issues, in `pki/apiserver-kubelet-client.*`).
+    pub kubelet_client_certificate: Option<PathBuf>,
+    pub kubelet_client_key: Option<PathBuf>,
+    /// `--kubelet-certificate-authority`: agents' serving certificates must chain to it
+    /// (default: the cluster CA).
+    pub kubelet_certificate_authority: Option<PathBuf>,
     /// Concurrent client connections; more wait in the listen queue. 0 sizes it from the
     /// file-descriptor limit.
     pub max_connections: usize,
@@ -63,6 +68,9 @@ impl Default for Config {
             extra_sans: Vec::new(),
             service_cidrs: a.cidrs,
             node_port_range: a.node_ports,
+            kubelet_client_certificate: None,
+            kubelet_client_key: None,
+            kubelet_certificate_authority: None,
             max_connections: 0,
         }
     }
@@ -90,11 +98,12 @@ pub async fn start(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Running> {
-    ferry_store::private_fs::ensure_private_dir(&config.data_dir)
+    std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let mut sans = config.extra_sans.clone();
     sans.push(config.listen.ip().to_string());
     let pki = pki::load_or_create(&config.data_dir, &sans)?;
+    let kubelet_tls = kubelet_tls(&config, &pki)?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -149,6 +158,7 @@ pub async fn start(
         ready: false.into(),
         checks: Default::default(),
         advertise: format!("{host}:{}", addr.port()),
+        kubelet_tls,
     });
     let tls = if config.plain_http {
         None
@@ -200,6 +210,37 @@ pub async fn start(
         server,
         done,
     })
+}
+
+/// The TLS client configuration towards node agents, from the `--kubelet-*` flags or the PKI.
+fn kubelet_tls(config: &Config, pki: &pki::Pki) -> Result<Arc<rustls::ClientConfig>> {
+    let read = |p: &Option<PathBuf>, flag: &str, default: &str| -> Result<String> {
+        match p {
+            Some(p) => std::fs::read_to_string(p)
+                .with_context(|| format!("{flag}: reading {}", p.display())),
+            None => Ok(default.to_string()),
+        }
+    };
+    if config.kubelet_client_certificate.is_some() != config.kubelet_client_key.is_some() {
+        anyhow::bail!("--kubelet-client-certificate and --kubelet-client-key go together");
+    }
+    pki::kubelet_client_config(
+        &read(
+            &config.kubelet_certificate_authority,
+            "--kubelet-certificate-authority",
+            &pki.ca_pem,
+        )?,
+        &read(
+            &config.kubelet_client_certificate,
+            "--kubelet-client-certificate",
+            &pki.kubelet_client_cert_pem,
+        )?,
+        &read(
+            &config.kubelet_client_key,
+            "--kubelet-client-key",
+            &pki.kubelet_client_key_pem,
+        )?,
+    )
 }
 
 /// Creates the system namespaces when missing.

@@ -1,5 +1,7 @@
-//! The cluster's certificate authority, the API server's serving certificate, the admin token
-//! and the kubeconfig — generated once and kept in the data directory.
+//! The cluster's certificate authority, the API server's serving certificate, the API server's
+//! client certificate towards node agents (as kube-apiserver's `--kubelet-client-certificate`),
+//! serving certificates for agents, the admin token and the kubeconfig — generated once and
+//! kept in the data directory.
 
 use std::fs;
 use std::net::IpAddr;
@@ -15,35 +17,32 @@ use rcgen::{
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+/// The user name of the API server's client certificate towards node agents.
+pub const KUBELET_CLIENT_USER: &str = "ferry-apiserver-kubelet-client";
+/// The group (certificate `O`) of that certificate: a dedicated one, bound to nothing on the API
+/// server, as kubeadm's `kube-apiserver-kubelet-client`.
+pub const KUBELET_CLIENT_GROUP: &str = "kube-apiserver-kubelet-client";
+
 /// Everything a client needs to trust and authenticate to the API server.
 pub struct Pki {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
     pub admin_token: String,
+    /// The API server's client certificate and key towards node agents.
+    pub kubelet_client_cert_pem: String,
+    pub kubelet_client_key_pem: String,
 }
 
-/// Writes a file only the owner can read, created `0600` (never briefly readable by others).
 fn write_private(path: &Path, contents: &str) -> Result<()> {
-    ferry_store::private_fs::write_private(path, contents.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
-}
-
-/// Creates `dir` `0700`; tightens it, the directories under it (`0700`) and the files in them
-/// (`0600`: keys, tokens, certificates) when an older build left them readable by others.
-fn private_tree(dir: &Path) -> Result<()> {
-    use ferry_store::private_fs;
-    private_fs::ensure_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let entry = entry?;
-        let path = entry.path();
-        if entry.file_type()?.is_dir() {
-            private_tree(&path)?;
-        } else {
-            private_fs::tighten_if_present(&path)
-                .with_context(|| format!("securing {}", path.display()))?;
-        }
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))?;
     }
+    fs::rename(&tmp, path)?;
     Ok(())
 }
 
@@ -71,7 +70,7 @@ fn pki_dir(data_dir: &Path) -> PathBuf {
 /// re-issued when it does not cover `extra_sans`.
 pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
     let dir = pki_dir(data_dir);
-    private_tree(&dir)?;
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let ca_crt = dir.join("ca.crt");
     let ca_key = dir.join("ca.key");
     if !ca_crt.exists() || !ca_key.exists() {
@@ -79,7 +78,8 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
         let cert = ca_params()?.self_signed(&key)?;
         write_private(&ca_key, &key.serialize_pem())?;
         write_private(&ca_crt, &cert.pem())?;
-        // A new CA invalidates any old serving certificate.
+        // A new CA invalidates the certificates the old one issued (those issued by
+        // [`Ca::ensure`] carry the CA's fingerprint and are re-issued on their own).
         let _ = fs::remove_file(dir.join("apiserver.crt"));
     }
     let ca_pem = fs::read_to_string(&ca_crt)?;
@@ -114,13 +114,7 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
         params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
-        params.subject_alt_names = sans
-            .iter()
-            .map(|s| match s.parse::<IpAddr>() {
-                Ok(ip) => Ok(SanType::IpAddress(ip)),
-                Err(_) => Ok::<_, rcgen::Error>(SanType::DnsName(s.as_str().try_into()?)),
-            })
-            .collect::<Result<_, _>>()?;
+        params.subject_alt_names = san_types(&sans)?;
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
@@ -146,12 +140,207 @@ pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
         };
         write_private(&token_path, &token)?;
     }
+    let ca = Ca::load(data_dir)?;
+    let (kc_crt, kc_key) = ca.ensure(
+        &dir,
+        "apiserver-kubelet-client",
+        &Leaf::Client {
+            user: KUBELET_CLIENT_USER.into(),
+            groups: vec![KUBELET_CLIENT_GROUP.into()],
+        },
+    )?;
     Ok(Pki {
         ca_pem,
         cert_pem: fs::read_to_string(&crt_path)?,
         key_pem: fs::read_to_string(&key_path)?,
         admin_token: fs::read_to_string(&token_path)?.trim().to_string(),
+        kubelet_client_cert_pem: fs::read_to_string(&kc_crt)?,
+        kubelet_client_key_pem: fs::read_to_string(&kc_key)?,
     })
+}
+
+/// What a certificate issued by the cluster CA is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leaf {
+    /// A client certificate: `CN` is the user, each `O` a group (as upstream's x509
+    /// authenticator reads them).
+    Client { user: String, groups: Vec<String> },
+    /// A serving certificate for these DNS names and IP addresses.
+    Serving { name: String, sans: Vec<String> },
+}
+
+impl Leaf {
+    /// A stable description, kept beside the issued files to notice when they must be re-issued.
+    fn describe(&self) -> String {
+        match self {
+            Leaf::Client { user, groups } => format!("client CN={user} O={}", groups.join(",")),
+            Leaf::Serving { name, sans } => format!("serving CN={name} SAN={}", sans.join(",")),
+        }
+    }
+
+    fn params(&self) -> Result<CertificateParams> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.not_before = rcgen::date_time_ymd(2024, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2124, 1, 1);
+        match self {
+            Leaf::Client { user, groups } => {
+                for g in groups {
+                    params
+                        .distinguished_name
+                        .push(DnType::OrganizationName, g.as_str());
+                }
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, user.as_str());
+                params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+                params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+            }
+            Leaf::Serving { name, sans } => {
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, name.as_str());
+                params.subject_alt_names = san_types(sans)?;
+                params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+                params.key_usages = vec![
+                    KeyUsagePurpose::DigitalSignature,
+                    KeyUsagePurpose::KeyEncipherment,
+                ];
+            }
+        }
+        Ok(params)
+    }
+}
+
+fn san_types(sans: &[String]) -> Result<Vec<SanType>> {
+    sans.iter()
+        .map(|s| match s.trim_matches(['[', ']']).parse::<IpAddr>() {
+            Ok(ip) => Ok(SanType::IpAddress(ip)),
+            Err(_) => Ok(SanType::DnsName(s.as_str().try_into()?)),
+        })
+        .collect()
+}
+
+/// The cluster CA (`pki/ca.crt`, `pki/ca.key` in the data directory), able to issue leaves.
+pub struct Ca {
+    pub cert_pem: String,
+    key_pem: String,
+}
+
+impl Ca {
+    /// Loads the CA that [`load_or_create`] made in `data_dir`.
+    pub fn load(data_dir: &Path) -> Result<Ca> {
+        let dir = pki_dir(data_dir);
+        let read = |f: &str| {
+            fs::read_to_string(dir.join(f))
+                .with_context(|| format!("reading {}", dir.join(f).display()))
+        };
+        Ok(Ca {
+            cert_pem: read("ca.crt")?,
+            key_pem: read("ca.key")?,
+        })
+    }
+
+    /// Issues `leaf`: (certificate PEM, private key PEM).
+    pub fn issue(&self, leaf: &Leaf) -> Result<(String, String)> {
+        let ca = ca_params()?;
+        let issuer = Issuer::from_params(&ca, KeyPair::from_pem(&self.key_pem)?);
+        let key = KeyPair::generate()?;
+        let cert = leaf.params()?.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// `dir/<base>.crt` and `dir/<base>.key` (mode 0600) for `leaf`, issued now unless the files
+    /// already hold one for the same leaf from this CA.
+    pub fn ensure(&self, dir: &Path, base: &str, leaf: &Leaf) -> Result<(PathBuf, PathBuf)> {
+        use sha2::Digest;
+        ferry_store::private_fs::ensure_private_dir(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+        let crt = dir.join(format!("{base}.crt"));
+        let key = dir.join(format!("{base}.key"));
+        let meta = dir.join(format!("{base}.issued"));
+        let fingerprint = sha2::Sha256::digest(self.cert_pem.as_bytes());
+        let wanted = format!(
+            "ca-sha256={}\n{}\n",
+            fingerprint
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            leaf.describe()
+        );
+        let current = fs::read_to_string(&meta).unwrap_or_default();
+        if !crt.exists() || !key.exists() || current != wanted {
+            let (cert_pem, key_pem) = self.issue(leaf)?;
+            write_private(&key, &key_pem)?;
+            write_private(&crt, &cert_pem)?;
+            write_private(&meta, &wanted)?;
+        }
+        Ok((crt, key))
+    }
+}
+
+/// Files of a node agent's serving certificate, issued by the cluster CA.
+#[derive(Debug, Clone)]
+pub struct AgentTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// The cluster CA: the agent verifies callers' client certificates against it.
+    pub ca_file: PathBuf,
+}
+
+/// Issues (or reuses) the serving certificate of node `node_name`'s agent, for its name and
+/// addresses, under `data_dir/pki/agents/` — what `ferry up` gives its agent.
+pub fn issue_agent_serving(
+    data_dir: &Path,
+    node_name: &str,
+    addresses: &[IpAddr],
+) -> Result<AgentTls> {
+    let ca = Ca::load(data_dir)?;
+    let mut sans = vec![node_name.to_string()];
+    sans.extend(addresses.iter().map(IpAddr::to_string));
+    let leaf = Leaf::Serving {
+        name: format!("system:node:{node_name}"),
+        sans,
+    };
+    let dir = pki_dir(data_dir).join("agents");
+    let (cert_file, key_file) = ca.ensure(&dir, node_name, &leaf)?;
+    Ok(AgentTls {
+        cert_file,
+        key_file,
+        ca_file: pki_dir(data_dir).join("ca.crt"),
+    })
+}
+
+/// The TLS client configuration of the API server towards node agents: it presents
+/// `client_cert_pem`/`client_key_pem` and trusts agents whose serving certificate `ca_pem`
+/// issued (kube-apiserver's `--kubelet-client-certificate`, `--kubelet-client-key`,
+/// `--kubelet-certificate-authority`). HTTP/1.1 only (exec is an HTTP/1.1 upgrade).
+pub fn kubelet_client_config(
+    ca_pem: &str,
+    client_cert_pem: &str,
+    client_key_pem: &str,
+) -> Result<Arc<rustls::ClientConfig>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(c.context("the kubelet certificate authority")?)
+            .context("the kubelet certificate authority")?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("the kubelet certificate authority holds no certificate");
+    }
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(client_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .context("the kubelet client certificate")?;
+    let key = PrivateKeyDer::from_pem_slice(client_key_pem.as_bytes())
+        .context("the kubelet client key")?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 impl Pki {

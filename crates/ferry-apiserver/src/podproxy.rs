@@ -1,6 +1,9 @@
 //! `pods/log` and `pods/exec`: proxied to the agent (kubelet endpoint) of the pod's node, as
 //! kube-apiserver does. The agent's address comes from the Node (`status.addresses`, InternalIP
-//! first, and `status.daemonEndpoints.kubeletEndpoint.Port`). Exec is an HTTP upgrade
+//! first, and `status.daemonEndpoints.kubeletEndpoint.Port`), reached over HTTPS only: the API
+//! server presents its kubelet client certificate and verifies the agent's serving certificate
+//! against the kubelet certificate authority (see [`crate::pki::kubelet_client_config`]); it
+//! never sends a bearer token to an agent. Exec is an HTTP upgrade
 //! (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io`): once the agent answers 101, bytes are
 //! copied both ways.
 
@@ -153,6 +156,13 @@ pub fn agent_address(node: &Value) -> Option<String> {
     })
 }
 
+/// The TLS server name of an agent address (`host:port`, `[v6]:port`).
+pub fn server_name(addr: &str) -> Option<rustls_pki_types::ServerName<'static>> {
+    let host = addr.rsplit_once(':').map(|(h, _)| h)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    rustls_pki_types::ServerName::try_from(host.to_string()).ok()
+}
+
 /// Handles `GET .../pods/<name>/log` and `GET|POST .../pods/<name>/exec`.
 pub async fn handle(
     server: Arc<Server>,
@@ -226,8 +236,28 @@ async fn proxy(
             format!("error dialing backend: dial tcp {addr}: {e}"),
         )
     })?;
+    // HTTPS only, with the API server's client certificate; the agent's serving certificate
+    // must chain to the kubelet certificate authority and name the address dialled. No bearer
+    // token ever goes to an agent.
+    let server_name = server_name(&addr).ok_or_else(|| {
+        ApiError::new(
+            502,
+            "InternalError",
+            format!("error dialing backend: invalid agent address {addr}"),
+        )
+    })?;
+    let tls = tokio_rustls::TlsConnector::from(server.kubelet_tls.clone())
+        .connect(server_name, stream)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                502,
+                "InternalError",
+                format!("error dialing backend: tls: agent {addr}: {e}"),
+            )
+        })?;
     let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
             .await
             .map_err(|e| ApiError::new(502, "InternalError", format!("agent {addr}: {e}")))?;
     tokio::spawn(async move {
@@ -235,9 +265,6 @@ async fn proxy(
     });
     let mut out = Request::builder().method(req.method().clone()).uri(&uri);
     out = out.header(header::HOST, &addr);
-    if let Some(t) = &server.token {
-        out = out.header(header::AUTHORIZATION, format!("Bearer {t}"));
-    }
     for h in [
         header::CONNECTION,
         header::UPGRADE,
@@ -355,5 +382,14 @@ mod tests {
             "command=cat&command=%2Fetc&stdout=true"
         );
         assert_eq!(encode("a b/c"), "a%20b%2Fc");
+        for (addr, want) in [
+            ("127.0.0.1:10250", Some("127.0.0.1")),
+            ("[fd00::1]:10250", Some("fd00::1")),
+            ("node-a:10250", Some("node-a")),
+            ("10250", None),
+        ] {
+            let got = server_name(addr).map(|n| n.to_str().into_owned());
+            assert_eq!(got.as_deref(), want, "{addr}");
+        }
     }
 }

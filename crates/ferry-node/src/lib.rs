@@ -84,9 +84,29 @@ pub struct AgentArgs {
     /// Allocatable pods.
     #[arg(long, default_value_t = 110)]
     pub max_pods: u32,
-    /// Token callers of the endpoint must present (default: the kubeconfig's token).
-    #[arg(long, env = "FERRY_AGENT_TOKEN", hide_env_values = true)]
-    pub endpoint_token: Option<String>,
+    /// The endpoint's serving certificate (PEM; kubelet's flag). Without it and
+    /// `--tls-private-key-file` a self-signed one is made in `<state-dir>/pki`, which the API
+    /// server (verifying agents against the cluster CA) refuses.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's private key (PEM).
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Callers of the endpoint must present a client certificate chaining to this CA (the
+    /// cluster CA, which issues the API server's kubelet client certificate). Required unless
+    /// `--insecure-allow-unauthenticated`.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// Users (client certificate CN) allowed to use the endpoint (logs, exec), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = server::APISERVER_USER)]
+    pub authorized_users: Vec<String>,
+    /// Groups (client certificate O) allowed to use the endpoint, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = server::DEFAULT_AUTHORIZED_GROUPS)]
+    pub authorized_groups: Vec<String>,
+    /// DANGEROUS: serve the endpoint without client authentication — anyone who reaches the
+    /// port may run commands in pods.
+    #[arg(long)]
+    pub insecure_allow_unauthenticated: bool,
 }
 
 #[derive(clap::Parser)]
@@ -127,31 +147,6 @@ fn is_root() -> bool {
 fn have(cmd: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
-}
-
-/// The bearer token of the kubeconfig's current context, if it has one.
-fn kubeconfig_token(path: Option<&std::path::Path>) -> Option<String> {
-    let kc = match path {
-        Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
-        None => kube::config::Kubeconfig::read().ok()?,
-    };
-    let ctx_name = kc.current_context.clone()?;
-    let user = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == ctx_name)?
-        .context
-        .as_ref()?
-        .user
-        .clone()?;
-    let ai = kc
-        .auth_infos
-        .iter()
-        .find(|a| a.name == user)?
-        .auth_info
-        .clone()?;
-    let v = serde_json::to_value(&ai).ok()?;
-    v.get("token").and_then(|t| t.as_str()).map(str::to_string)
 }
 
 /// A running agent (for embedding and tests).
@@ -210,14 +205,26 @@ pub async fn start(
             args.pod_network
         );
     }
-    // Pod logs, tokens and keys live here: owner only (0700), tightened if looser.
-    ferry_store::private_fs::ensure_private_dir(&args.state_dir)
+    tokio::fs::create_dir_all(&args.state_dir)
+        .await
         .with_context(|| format!("creating {}", args.state_dir.display()))?;
     let reaped = runtime::reap_stale(&args.state_dir);
     if reaped > 0 {
         tracing::warn!("stopped {reaped} pod process(es) left running by a previous agent");
     }
 
+    // The endpoint's TLS and access policy first: an agent that would serve an open endpoint
+    // does not start.
+    let (endpoint_tls, endpoint_access) = server::tls_setup(&server::TlsOptions {
+        cert_file: args.tls_cert_file.clone(),
+        key_file: args.tls_private_key_file.clone(),
+        client_ca_file: args.client_ca_file.clone(),
+        insecure_allow_unauthenticated: args.insecure_allow_unauthenticated,
+        authorized_users: args.authorized_users.clone(),
+        authorized_groups: args.authorized_groups.clone(),
+        self_signed_dir: args.state_dir.join("pki"),
+        self_signed_sans: vec![node_name.clone(), args.node_ip.to_string()],
+    })?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.node_ip, args.port))
         .await
         .with_context(|| format!("agent endpoint on {}:{}", args.node_ip, args.port))?;
@@ -283,13 +290,10 @@ pub async fn start(
         pods: Mutex::new(HashMap::new()),
         shutting_down: Default::default(),
     });
-    let token = args
-        .endpoint_token
-        .clone()
-        .or_else(|| kubeconfig_token(args.kubeconfig.as_deref()));
     let ep = Arc::new(server::Endpoint {
         rt: rt.clone(),
-        token,
+        tls: endpoint_tls,
+        access: endpoint_access,
     });
     tokio::spawn(server::serve(ep, listener, stop.clone()));
     let hb = Duration::from_secs(args.heartbeat_seconds.max(1));

@@ -1,17 +1,27 @@
-//! The agent's HTTP endpoint (kubelet's port): `/containerLogs/<ns>/<pod>/<container>` and
+//! The agent's HTTPS endpoint (kubelet's port): `/containerLogs/<ns>/<pod>/<container>` and
 //! `/exec/<ns>/<pod>/<container>` (WebSocket, `v5.channel.k8s.io` / `v4.channel.k8s.io`).
 //! The API server proxies `pods/log` and `pods/exec` here.
+//!
+//! Security model (kubelet's, with x509 authentication and a local authorizer): HTTPS only;
+//! callers authenticate with a client certificate verified against `--client-ca-file` (user =
+//! the certificate's `CN`, groups = its `O`s, as upstream's x509 authenticator); requests
+//! without one are refused with 401 and callers outside `--authorized-users` /
+//! `--authorized-groups` with 403 — before anything runs. No bearer token is accepted. Without
+//! a client CA the endpoint refuses to start unless `--insecure-allow-unauthenticated` says so.
 
 use std::convert::Infallible;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use http::{Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -23,10 +33,295 @@ use crate::runtime::{Runtime, exec_command};
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// The user the API server's kubelet client certificate names (ferry-apiserver's
+/// `pki::KUBELET_CLIENT_USER`), allowed by default.
+pub const APISERVER_USER: &str = "ferry-apiserver-kubelet-client";
+/// Groups allowed by default: cluster administrators, as upstream's webhook authorizer grants
+/// `system:masters` every kubelet API.
+pub const DEFAULT_AUTHORIZED_GROUPS: &str = "system:masters";
+
+/// An authenticated caller, from its verified client certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Identity {
+    /// The identity a client certificate (DER) names: `CN` is the user, each `O` a group.
+    /// `None` when the certificate cannot be parsed or has no `CN`.
+    pub fn from_certificate(der: &[u8]) -> Option<Identity> {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+        let subject = cert.subject();
+        let user = subject
+            .iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .filter(|u| !u.is_empty())?
+            .to_string();
+        let groups = subject
+            .iter_organization()
+            .filter_map(|a| a.as_str().ok())
+            .map(str::to_string)
+            .collect();
+        Some(Identity { user, groups })
+    }
+}
+
+/// Who may use the endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// Callers must present a client certificate from the client CA and be one of these users
+    /// or in one of these groups.
+    Authorized {
+        users: Vec<String>,
+        groups: Vec<String>,
+    },
+    /// `--insecure-allow-unauthenticated`: anyone who reaches the port.
+    Open,
+}
+
+/// What [`authorize`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// 401: no (valid) client certificate.
+    Unauthorized,
+    /// 403 with upstream kubelet's message.
+    Forbidden(String),
+}
+
+/// The API verb and `nodes` subresource a request to the endpoint stands for (upstream
+/// kubelet's mapping: `/stats` → stats, `/metrics` → metrics, `/logs/` → log, else proxy —
+/// exec and container logs are `nodes/proxy`).
+pub fn request_attributes(method: &Method, path: &str) -> (&'static str, &'static str) {
+    let verb = match *method {
+        Method::POST => "create",
+        Method::GET | Method::HEAD => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    };
+    let sub_of = |p: &str| path == p || path.starts_with(&format!("{p}/"));
+    let subresource = if sub_of("/stats") {
+        "stats"
+    } else if sub_of("/metrics") {
+        "metrics"
+    } else if path.starts_with("/logs/") {
+        "log"
+    } else {
+        "proxy"
+    };
+    (verb, subresource)
+}
+
+/// Decides whether `who` may make this request. Pure.
+pub fn authorize(access: &Access, who: Option<&Identity>, method: &Method, path: &str) -> Decision {
+    let (users, groups) = match access {
+        Access::Open => return Decision::Allow,
+        Access::Authorized { users, groups } => (users, groups),
+    };
+    let Some(who) = who else {
+        return Decision::Unauthorized;
+    };
+    if users.iter().any(|u| u == &who.user) || who.groups.iter().any(|g| groups.contains(g)) {
+        return Decision::Allow;
+    }
+    let (verb, subresource) = request_attributes(method, path);
+    Decision::Forbidden(format!(
+        "Forbidden (user={}, verb={verb}, resource=nodes, subresource(s)=[{subresource}])",
+        who.user
+    ))
+}
+
+/// Why the endpoint cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error(
+        "refusing to serve the agent endpoint without client authentication: pass \
+         --client-ca-file (the cluster CA, which issues the API server's kubelet client \
+         certificate) or, to let anyone who reaches the port run commands in pods, \
+         --insecure-allow-unauthenticated"
+    )]
+    NoClientAuthentication,
+    #[error("--tls-cert-file and --tls-private-key-file go together")]
+    HalfKeyPair,
+    #[error("{what} {path}: {msg}")]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        msg: String,
+    },
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("self-signed certificate: {0}")]
+    SelfSigned(#[from] rcgen::Error),
+}
+
+/// How the endpoint is secured (the agent's flags).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// `--tls-cert-file` / `--tls-private-key-file`; without them a self-signed certificate is
+    /// made in `self_signed_dir`.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// `--client-ca-file`: callers' client certificates must chain to it.
+    pub client_ca_file: Option<PathBuf>,
+    /// `--insecure-allow-unauthenticated`.
+    pub insecure_allow_unauthenticated: bool,
+    /// `--authorized-users` / `--authorized-groups`.
+    pub authorized_users: Vec<String>,
+    pub authorized_groups: Vec<String>,
+    pub self_signed_dir: PathBuf,
+    /// Names and addresses for a self-signed certificate.
+    pub self_signed_sans: Vec<String>,
+}
+
+fn file_error(what: &'static str, path: &Path, msg: impl std::fmt::Display) -> EndpointError {
+    EndpointError::File {
+        what,
+        path: path.to_path_buf(),
+        msg: msg.to_string(),
+    }
+}
+
+fn read_certs(
+    what: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, EndpointError> {
+    let pem = std::fs::read(path).map_err(|e| file_error(what, path, e))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| file_error(what, path, e))?;
+    if certs.is_empty() {
+        return Err(file_error(what, path, "no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, EndpointError> {
+    let pem = std::fs::read(path).map_err(|e| file_error("--tls-private-key-file", path, e))?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| file_error("--tls-private-key-file", path, e))
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), EndpointError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| file_error("writing", &tmp, e))?;
+    f.write_all(contents.as_bytes())
+        .map_err(|e| file_error("writing", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| file_error("writing", path, e))
+}
+
+/// A self-signed serving certificate in `dir` (made once, then reused).
+fn self_signed(dir: &Path, sans: &[String]) -> Result<(PathBuf, PathBuf), EndpointError> {
+    let crt = dir.join("agent-self-signed.crt");
+    let key = dir.join("agent-self-signed.key");
+    let meta = dir.join("agent-self-signed.sans");
+    let wanted = sans.join(",");
+    if crt.exists() && key.exists() && std::fs::read_to_string(&meta).is_ok_and(|m| m == wanted) {
+        return Ok((crt, key));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| file_error("creating", dir, e))?;
+    let pair = rcgen::KeyPair::generate()?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "ferry-agent (self-signed)");
+    params.subject_alt_names = sans
+        .iter()
+        .map(|s| match s.parse::<std::net::IpAddr>() {
+            Ok(ip) => Ok(rcgen::SanType::IpAddress(ip)),
+            Err(_) => Ok::<_, rcgen::Error>(rcgen::SanType::DnsName(s.as_str().try_into()?)),
+        })
+        .collect::<Result<_, _>>()?;
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.self_signed(&pair)?;
+    write_private(&key, &pair.serialize_pem())?;
+    write_private(&crt, &cert.pem())?;
+    write_private(&meta, &wanted)?;
+    Ok((crt, key))
+}
+
+/// The rustls configuration and access policy of the endpoint, from its flags. Refuses an
+/// endpoint without client authentication unless explicitly allowed.
+pub fn tls_setup(o: &TlsOptions) -> Result<(Arc<rustls::ServerConfig>, Access), EndpointError> {
+    if o.client_ca_file.is_none() && !o.insecure_allow_unauthenticated {
+        return Err(EndpointError::NoClientAuthentication);
+    }
+    let (cert_file, key_file) = match (&o.cert_file, &o.key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        (None, None) => {
+            let (c, k) = self_signed(&o.self_signed_dir, &o.self_signed_sans)?;
+            tracing::warn!(
+                "agent: no --tls-cert-file/--tls-private-key-file: serving a SELF-SIGNED \
+                 certificate ({}); the API server verifies agents against the cluster CA and \
+                 will refuse it — give the agent a serving certificate from the cluster CA",
+                c.display()
+            );
+            (c, k)
+        }
+        _ => return Err(EndpointError::HalfKeyPair),
+    };
+    let certs = read_certs("--tls-cert-file", &cert_file)?;
+    let key = read_key(&key_file)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match &o.client_ca_file {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in read_certs("--client-ca-file", ca)? {
+                roots
+                    .add(c)
+                    .map_err(|e| file_error("--client-ca-file", ca, e))?;
+            }
+            // A certificate, when presented, must chain to the CA (else the handshake fails);
+            // requests without one get a 401 from [`authorize`] (as kubelet without anonymous
+            // authentication).
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| file_error("--client-ca-file", ca, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(certs, key)?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let access = if o.insecure_allow_unauthenticated {
+        tracing::warn!(
+            "agent: --insecure-allow-unauthenticated: THE AGENT ENDPOINT IS OPEN — anyone who \
+             can reach it may read pod logs and RUN COMMANDS IN PODS (as this agent's user). \
+             Use only on a trusted, isolated network."
+        );
+        Access::Open
+    } else {
+        Access::Authorized {
+            users: o.authorized_users.clone(),
+            groups: o.authorized_groups.clone(),
+        }
+    };
+    Ok((Arc::new(cfg), access))
+}
+
 pub struct Endpoint {
     pub rt: Arc<Runtime>,
-    /// Bearer token callers must present (None: open, for tests on loopback only).
-    pub token: Option<String>,
+    /// The TLS configuration (the endpoint serves HTTPS only).
+    pub tls: Arc<rustls::ServerConfig>,
+    /// Who may call.
+    pub access: Access,
 }
 
 fn text(code: u16, msg: impl Into<String>) -> Response<Body> {
@@ -86,22 +381,23 @@ fn get<'a>(pairs: &'a [(String, String)], k: &str) -> Option<&'a str> {
 }
 
 impl Endpoint {
-    fn authorized<B>(&self, req: &Request<B>) -> bool {
-        let Some(t) = &self.token else { return true };
-        req.headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|v| v.trim() == t)
-    }
-
-    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+    /// Answers one request of the caller `who` (from its verified client certificate).
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        who: Option<&Identity>,
+    ) -> Response<Body> {
         let path = req.uri().path().to_string();
         if path == "/healthz" {
             return text(200, "ok");
         }
-        if !self.authorized(&req) {
-            return text(401, "Unauthorized");
+        match authorize(&self.access, who, req.method(), &path) {
+            Decision::Allow => {}
+            Decision::Unauthorized => return text(401, "Unauthorized"),
+            Decision::Forbidden(msg) => {
+                tracing::info!("agent endpoint: {msg}");
+                return text(403, msg);
+            }
         }
         let pairs = query_pairs(req.uri().query());
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -510,21 +806,66 @@ async fn run_exec<S>(
     let _ = writer.await;
 }
 
-/// Serves the endpoint until `stop`.
+/// How long a client may take to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the endpoint (HTTPS) until `stop`. A plain-HTTP request gets a 400 and the
+/// connection is closed, as Go's servers answer.
 pub async fn serve(ep: Arc<Endpoint>, listener: TcpListener, stop: CancellationToken) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(ep.tls.clone());
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.cancelled() => return,
-            r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("agent endpoint: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
         };
         let ep = ep.clone();
+        let acceptor = acceptor.clone();
         tokio::spawn(async move {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] != 0x16 => {
+                    let mut stream = stream;
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\n\
+                              Client sent an HTTP request to an HTTPS server.\n",
+                        )
+                        .await;
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                Ok(Ok(1)) => {}
+                _ => return,
+            }
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    tracing::info!("agent endpoint: TLS handshake with {peer} refused: {e}");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let who: Option<Arc<Identity>> = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| Identity::from_certificate(c))
+                .map(Arc::new);
             let svc = hyper::service::service_fn(move |req| {
                 let ep = ep.clone();
-                async move { Ok::<_, Infallible>(ep.handle(req).await) }
+                let who = who.clone();
+                async move { Ok::<_, Infallible>(ep.handle(req, who.as_deref()).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
                 .with_upgrades()
                 .await;
         });
@@ -569,6 +910,138 @@ mod tests {
             );
         }
         assert_eq!(&b"x\ny"[tail_offset(b"x\ny", 1)..], b"y");
+    }
+
+    fn id(user: &str, groups: &[&str]) -> Identity {
+        Identity {
+            user: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn authorization() {
+        let access = Access::Authorized {
+            users: vec![APISERVER_USER.into()],
+            groups: vec!["system:masters".into()],
+        };
+        let apiserver = id(APISERVER_USER, &["kube-apiserver-kubelet-client"]);
+        let admin = id("kubernetes-admin", &["system:masters"]);
+        let node = id("system:node:a", &["system:nodes"]);
+        let lookalike = id("ferry-apiserver-kubelet-client-2", &["system:masters-x"]);
+        let exec = "/exec/default/p/c";
+        let logs = "/containerLogs/default/p/c";
+        for (who, method, path, want) in [
+            (Some(&apiserver), Method::GET, exec, Decision::Allow),
+            (Some(&apiserver), Method::POST, exec, Decision::Allow),
+            (Some(&apiserver), Method::GET, logs, Decision::Allow),
+            (Some(&admin), Method::GET, exec, Decision::Allow),
+            (None, Method::GET, exec, Decision::Unauthorized),
+            (None, Method::GET, logs, Decision::Unauthorized),
+            (
+                Some(&node),
+                Method::POST,
+                exec,
+                Decision::Forbidden(
+                    "Forbidden (user=system:node:a, verb=create, resource=nodes, subresource(s)=[proxy])"
+                        .into(),
+                ),
+            ),
+            (
+                Some(&lookalike),
+                Method::GET,
+                "/stats/summary",
+                Decision::Forbidden(
+                    "Forbidden (user=ferry-apiserver-kubelet-client-2, verb=get, resource=nodes, subresource(s)=[stats])"
+                        .into(),
+                ),
+            ),
+        ] {
+            assert_eq!(authorize(&access, who, &method, path), want, "{who:?} {method} {path}");
+        }
+        assert_eq!(
+            authorize(&Access::Open, None, &Method::GET, exec),
+            Decision::Allow
+        );
+        let nobody = Access::Authorized {
+            users: vec![],
+            groups: vec![],
+        };
+        assert!(matches!(
+            authorize(&nobody, Some(&admin), &Method::GET, exec),
+            Decision::Forbidden(_)
+        ));
+    }
+
+    #[test]
+    fn attributes() {
+        for (m, p, want) in [
+            (Method::GET, "/exec/a/b/c", ("get", "proxy")),
+            (Method::POST, "/exec/a/b/c", ("create", "proxy")),
+            (Method::GET, "/containerLogs/a/b/c", ("get", "proxy")),
+            (Method::GET, "/logs/syslog", ("get", "log")),
+            (Method::GET, "/logs", ("get", "proxy")),
+            (Method::GET, "/metrics", ("get", "metrics")),
+            (Method::GET, "/metrics/cadvisor", ("get", "metrics")),
+            (Method::GET, "/metricsx", ("get", "proxy")),
+            (Method::GET, "/stats/summary", ("get", "stats")),
+            (Method::DELETE, "/pods", ("delete", "proxy")),
+            (Method::PUT, "/x", ("update", "proxy")),
+            (Method::PATCH, "/x", ("patch", "proxy")),
+        ] {
+            assert_eq!(request_attributes(&m, p), want, "{m} {p}");
+        }
+    }
+
+    #[test]
+    fn identities_from_certificates() {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "g1");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "alice");
+        let cert = params.self_signed(&key).expect("cert");
+        assert_eq!(
+            Identity::from_certificate(cert.der()),
+            Some(id("alice", &["g1"]))
+        );
+        // No CN: no identity.
+        let params = rcgen::CertificateParams::new(vec!["x".to_string()]).expect("params");
+        let mut params = params;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        let cert = params.self_signed(&key).expect("cert");
+        assert_eq!(Identity::from_certificate(cert.der()), None);
+        assert_eq!(Identity::from_certificate(b"not a certificate"), None);
+    }
+
+    #[test]
+    fn refuses_to_start_open_without_the_flag() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let o = TlsOptions {
+            self_signed_dir: dir.path().to_path_buf(),
+            self_signed_sans: vec!["127.0.0.1".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            tls_setup(&o),
+            Err(EndpointError::NoClientAuthentication)
+        ));
+        let open = TlsOptions {
+            insecure_allow_unauthenticated: true,
+            ..o.clone()
+        };
+        let (_, access) = tls_setup(&open).expect("insecure");
+        assert_eq!(access, Access::Open);
+        assert!(dir.path().join("agent-self-signed.crt").exists());
+        let half = TlsOptions {
+            cert_file: Some(dir.path().join("agent-self-signed.crt")),
+            insecure_allow_unauthenticated: true,
+            ..o
+        };
+        assert!(matches!(tls_setup(&half), Err(EndpointError::HalfKeyPair)));
     }
 
     #[test]

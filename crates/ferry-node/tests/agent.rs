@@ -46,6 +46,17 @@ impl Cluster {
         args.builtin_command = Some(env!("CARGO_BIN_EXE_ferry-node-builtin").to_string());
         args.restart_backoff_seconds = 1;
         args.heartbeat_seconds = 1;
+        // HTTPS endpoint with a serving certificate from the cluster CA; the API server's
+        // kubelet client certificate authenticates to it.
+        let tls = ferry_apiserver::pki::issue_agent_serving(
+            &dir.path().join("api"),
+            "node-a",
+            &[args.node_ip],
+        )
+        .expect("agent certificate");
+        args.tls_cert_file = Some(tls.cert_file);
+        args.tls_private_key_file = Some(tls.key_file);
+        args.client_ca_file = Some(tls.ca_file);
         let (_agent, done) = ferry_node::start(args, stop.clone()).await.expect("agent");
         Cluster {
             _dir: dir,

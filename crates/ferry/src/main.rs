@@ -105,6 +105,16 @@ pub(crate) struct ServerArgs {
     /// Node port range (inclusive).
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
+    /// Client certificate (PEM) the API server presents to node agents for logs and exec
+    /// (default: one the cluster CA issues, `<data-dir>/pki/apiserver-kubelet-client.crt`).
+    #[arg(long)]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    kubelet_client_key: Option<PathBuf>,
+    /// The CA that node agents' serving certificates must chain to (default: the cluster CA).
+    #[arg(long)]
+    kubelet_certificate_authority: Option<PathBuf>,
     /// The soft file-descriptor limit (RLIMIT_NOFILE) to run with; default: raised to the
     /// hard limit. Connection caps of the API server, DNS and proxy are cut from it.
     #[arg(long)]
@@ -191,9 +201,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         // The loopback pod network puts pod, service and external addresses in 127.0.0.0/8.
         ferry_api::validation::allow_loopback_addresses(true);
     }
-    // The data directory holds the store (every Secret), keys and tokens: owner only (0700),
-    // tightened with a warning if an existing one is looser.
-    ferry_store::private_fs::ensure_private_dir(&a.data_dir)
+    std::fs::create_dir_all(&a.data_dir)
         .with_context(|| format!("creating {}", a.data_dir.display()))?;
     let store = open_store(&a).await?;
     let shutdown = CancellationToken::new();
@@ -210,6 +218,9 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&service_range(&a, mode))
             .context("--service-cluster-ip-range")?,
         node_port_range: a.service_node_port_range,
+        kubelet_client_certificate: a.kubelet_client_certificate.clone(),
+        kubelet_client_key: a.kubelet_client_key.clone(),
+        kubelet_certificate_authority: a.kubelet_certificate_authority.clone(),
         max_connections: {
             let parts = if mode == "up" {
                 ferry_limits::Parts::ALL

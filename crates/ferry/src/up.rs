@@ -95,6 +95,13 @@ pub async fn start_services(
     agent.cluster_dns = vec![dns_ip.to_string()];
     agent.state_dir = a.data_dir.join("agent");
     agent.port = a.agent_port;
+    // The agent's endpoint: HTTPS with a serving certificate from the cluster CA, callers
+    // authenticated by client certificates from that CA (the API server's kubelet client one).
+    let tls = ferry_apiserver::pki::issue_agent_serving(&a.data_dir, &node_name, &[agent.node_ip])
+        .context("issuing the agent's serving certificate")?;
+    agent.tls_cert_file = Some(tls.cert_file);
+    agent.tls_private_key_file = Some(tls.key_file);
+    agent.client_ca_file = Some(tls.ca_file);
     // The node is NotReady until node IPAM (in the controllers) gives it a pod CIDR.
     agent.wait_for_pod_cidr = true;
     if let Some(block) = first_pod_block(&a.cluster_cidr) {
