@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::cache::{Cache, CachedObject, ResourceCache, set_resource_version};
 use crate::objects::{self, meta_mut};
 use crate::request::{Query, ResourcePath, Want};
+use crate::rv;
 use crate::status::{ApiError, success_status};
 use crate::table;
 
@@ -174,6 +175,16 @@ impl Api {
             .ok_or_else(|| ApiError::internal("resource cache missing"))
     }
 
+    /// Waits until the cache has reached `revision`; 504 "Too large resource version" after
+    /// [`rv::TOO_LARGE_WAIT`], as upstream's cacher answers.
+    async fn wait_fresh(&self, revision: ferry_store::Revision) -> Result<(), ApiError> {
+        if self.cache.wait_for(revision, rv::TOO_LARGE_WAIT).await {
+            Ok(())
+        } else {
+            Err(rv::too_large(revision, self.cache.revision()))
+        }
+    }
+
     /// Waits until the cache reflects every write acknowledged so far (a consistent read).
     async fn consistent(&self) -> Result<(), ApiError> {
         let rev = self.store.current_revision().await?;
@@ -233,27 +244,48 @@ impl Api {
 
     pub async fn list(&self, res: &Resource, p: &ResourcePath, q: &Query, want: Want) -> ApiResult {
         let filter = Filter::parse(q)?;
-        let rv = q.get("resourceVersion").unwrap_or("");
-        if rv != "0" {
-            self.consistent().await?;
-        }
+        let limit = q.int("limit")?.filter(|l| *l > 0);
+        let at = rv::list_at(
+            q.get("resourceVersion").unwrap_or(""),
+            q.get("resourceVersionMatch").unwrap_or(""),
+            q.get("continue").filter(|s| !s.is_empty()),
+            limit,
+        )?;
+        // Every page of a paged list is served at one revision: the first page's (carried in
+        // the continue token), as etcd serves a range at a revision.
+        let revision = match &at {
+            rv::ListAt::Consistent => {
+                self.consistent().await?;
+                self.cache.revision()
+            }
+            rv::ListAt::Any => self.cache.revision(),
+            rv::ListAt::NotOlderThan(n) => {
+                self.wait_fresh(*n).await?;
+                self.cache.revision()
+            }
+            rv::ListAt::Exact(n) | rv::ListAt::Continue { revision: n, .. } => {
+                self.wait_fresh(*n).await?;
+                *n
+            }
+        };
+        let limit = if at == rv::ListAt::Any { None } else { limit };
         let rc = self.rc(res)?;
-        let revision = self.cache.revision();
-        let mut items = filter.apply(res, rc.list(&res.list_prefix(p.namespace.as_deref())))?;
-        // Paging: `limit` + `continue` (the continue token is the last key returned).
+        let snapshot = rc
+            .list_at(&res.list_prefix(p.namespace.as_deref()), revision)
+            .map_err(|_| rv::too_old(&at))?;
+        let mut items = filter.apply(res, snapshot)?;
         let mut cont = None;
         let mut remaining = None;
-        if let Some(token) = q.get("continue").filter(|s| !s.is_empty()) {
-            let after = decode_continue(token)?;
-            items.retain(|o| object_key(res, &o.value) > after);
+        if let rv::ListAt::Continue { start, .. } = &at {
+            items.retain(|o| object_key(res, &o.value).as_str() >= start.as_str());
         }
-        if let Some(limit) = q.int("limit")?.filter(|l| *l > 0) {
+        if let Some(limit) = limit {
             let limit = limit as usize;
             if items.len() > limit {
                 remaining = Some(items.len() - limit);
                 items.truncate(limit);
                 if let Some(last) = items.last() {
-                    cont = Some(encode_continue(&object_key(res, &last.value)));
+                    cont = Some(rv::encode_continue(revision, &object_key(res, &last.value)));
                 }
             }
         }
@@ -1529,25 +1561,6 @@ fn object_key(res: &Resource, v: &Value) -> String {
     } else {
         objects::name(v).to_string()
     }
-}
-
-fn encode_continue(after: &str) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .encode(json!({"v": "ferry.continue/1", "start": after}).to_string())
-}
-
-fn decode_continue(token: &str) -> Result<String, ApiError> {
-    use base64::Engine;
-    let bad = || ApiError::bad_request("invalid continue token");
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    v.get("start")
-        .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or_else(bad)
 }
 
 /// An `autoscaling/v1` Scale for a Deployment or ReplicaSet.

@@ -74,7 +74,8 @@ pub struct CacheEvent {
 
 struct State {
     items: BTreeMap<String, Arc<CachedObject>>,
-    history: VecDeque<Arc<CacheEvent>>,
+    /// Every recent event with the store key of its object, oldest first.
+    history: VecDeque<(Arc<str>, Arc<CacheEvent>)>,
     /// Watches may resume from any revision >= this one.
     oldest: Revision,
 }
@@ -131,6 +132,50 @@ impl ResourceCache {
             .len()
     }
 
+    /// Every object under `prefix` as it was at revision `at`, in key order: the current objects
+    /// with the changes made after `at` undone from the history (a consistent snapshot for paged
+    /// lists, as etcd serves a range at a revision). `at` must be a revision the cache has
+    /// applied; `Err(oldest)` when the history no longer reaches back to it.
+    pub fn list_at(&self, prefix: &str, at: Revision) -> Result<Vec<Arc<CachedObject>>, Revision> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        if at < st.oldest {
+            return Err(st.oldest);
+        }
+        // Key -> its state at `at` (None: absent), for keys changed after `at`. Walking back
+        // from the newest event, the earliest change after `at` is written last.
+        let mut overlay: HashMap<&str, Option<&Arc<CachedObject>>> = HashMap::new();
+        for (key, ev) in st.history.iter().rev() {
+            if ev.revision <= at {
+                break;
+            }
+            if !key.starts_with(prefix) {
+                continue;
+            }
+            let before = match ev.kind {
+                EventType::Added => None,
+                EventType::Modified | EventType::Deleted => ev.prev.as_ref(),
+            };
+            overlay.insert(key, before);
+        }
+        let current = st
+            .items
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix));
+        if overlay.is_empty() {
+            return Ok(current.map(|(_, v)| v.clone()).collect());
+        }
+        let mut out: BTreeMap<&str, &Arc<CachedObject>> = current
+            .filter(|(k, _)| !overlay.contains_key(k.as_str()))
+            .map(|(k, v)| (k.as_str(), v))
+            .collect();
+        for (k, v) in overlay {
+            if let Some(v) = v {
+                out.insert(k, v);
+            }
+        }
+        Ok(out.into_values().cloned().collect())
+    }
+
     /// Subscribes to live events and snapshots the current objects under `prefix`, atomically.
     pub fn snapshot_and_subscribe(
         &self,
@@ -157,8 +202,8 @@ impl ResourceCache {
         let replay = st
             .history
             .iter()
-            .filter(|e| e.revision > after)
-            .cloned()
+            .filter(|(_, e)| e.revision > after)
+            .map(|(_, e)| e.clone())
             .collect();
         Ok(Subscription { replay, live })
     }
@@ -174,9 +219,9 @@ impl ResourceCache {
                 st.items.insert(key.to_string(), ev.object.clone());
             }
         }
-        st.history.push_back(ev.clone());
+        st.history.push_back((Arc::from(key), ev.clone()));
         if st.history.len() > HISTORY
-            && let Some(old) = st.history.pop_front()
+            && let Some((_, old)) = st.history.pop_front()
         {
             st.oldest = old.revision;
         }
@@ -383,5 +428,106 @@ impl Cache {
         let mut rx = self.revision.subscribe();
         let fut = rx.wait_for(|r| *r >= revision);
         matches!(tokio::time::timeout(timeout, fut).await, Ok(Ok(_)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(name: &str, v: u32, rev: Revision) -> Arc<CachedObject> {
+        let raw = serde_json::json!({"metadata": {"name": name}, "data": {"v": v}}).to_string();
+        CachedObject::from_store(raw.as_bytes(), rev).expect("object")
+    }
+
+    fn put(rc: &ResourceCache, name: &str, v: u32, rev: Revision) {
+        let key = format!("/registry/things/{name}");
+        let prev = rc.get(&key);
+        let kind = if prev.is_some() {
+            EventType::Modified
+        } else {
+            EventType::Added
+        };
+        rc.apply(
+            &key,
+            CacheEvent {
+                kind,
+                revision: rev,
+                object: obj(name, v, rev),
+                prev,
+            },
+        );
+    }
+
+    fn del(rc: &ResourceCache, name: &str, rev: Revision) {
+        let key = format!("/registry/things/{name}");
+        let prev = rc.get(&key).expect("exists");
+        rc.apply(
+            &key,
+            CacheEvent {
+                kind: EventType::Deleted,
+                revision: rev,
+                object: prev.clone(),
+                prev: Some(prev),
+            },
+        );
+    }
+
+    fn names_at(rc: &ResourceCache, at: Revision) -> Vec<(String, u64)> {
+        rc.list_at("/registry/things/", at)
+            .expect("in history")
+            .iter()
+            .map(|o| {
+                (
+                    o.value["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    o.value["data"]["v"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn list_at_undoes_later_changes() {
+        let rc = ResourceCache::new(1);
+        put(&rc, "a", 1, 2);
+        put(&rc, "b", 1, 3);
+        put(&rc, "c", 1, 4);
+        let at4 = vec![("a".into(), 1), ("b".into(), 1), ("c".into(), 1)];
+        assert_eq!(names_at(&rc, 4), at4);
+        // After revision 4: b modified twice, a deleted, d added, c deleted and re-added.
+        put(&rc, "b", 2, 5);
+        del(&rc, "a", 6);
+        put(&rc, "d", 1, 7);
+        put(&rc, "b", 3, 8);
+        del(&rc, "c", 9);
+        put(&rc, "c", 2, 10);
+        assert_eq!(names_at(&rc, 4), at4);
+        assert_eq!(
+            names_at(&rc, 5),
+            vec![("a".into(), 1), ("b".into(), 2), ("c".into(), 1)]
+        );
+        assert_eq!(
+            names_at(&rc, 7),
+            vec![("b".into(), 2), ("c".into(), 1), ("d".into(), 1)]
+        );
+        assert_eq!(names_at(&rc, 9), vec![("b".into(), 3), ("d".into(), 1)]);
+        assert_eq!(
+            names_at(&rc, 10),
+            vec![("b".into(), 3), ("c".into(), 2), ("d".into(), 1)]
+        );
+        assert_eq!(names_at(&rc, 1), vec![]);
+        // Another resource's prefix sees nothing.
+        assert!(rc.list_at("/registry/other/", 4).expect("ok").is_empty());
+    }
+
+    #[test]
+    fn list_at_before_history_is_too_old() {
+        let rc = ResourceCache::new(100);
+        put(&rc, "a", 1, 101);
+        assert_eq!(rc.list_at("/registry/things/", 99).err(), Some(100));
+        assert_eq!(names_at(&rc, 100), vec![]);
     }
 }

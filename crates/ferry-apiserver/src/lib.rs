@@ -14,6 +14,7 @@ pub mod pki;
 pub mod podproxy;
 pub mod readyz;
 pub mod request;
+pub mod rv;
 pub mod server;
 pub mod status;
 pub mod table;

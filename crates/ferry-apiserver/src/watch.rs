@@ -164,9 +164,21 @@ pub async fn watch(
         let (items, live) = rc.snapshot_and_subscribe(&prefix);
         Start::Snapshot(items, live, api.cache.revision())
     } else {
-        let after: i64 = rv
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?;
+        let after = crate::rv::parse(&rv).map_err(|m| {
+            // Upstream: the storage layer's field error, as 422 Invalid on the resource.
+            ApiError::new(
+                422,
+                "Invalid",
+                format!("{} \"\" is invalid: {m}", res.info().plural),
+            )
+            .with_details(json!({"kind": res.info().plural, "group": res.info().group, "causes": [{"reason": "FieldValueInvalid", "message": m.trim_start_matches("resourceVersion: "), "field": "resourceVersion"}]}))
+        })?;
+        // A resourceVersion the cache has not reached: wait a little, then 504 (upstream).
+        if after > api.cache.revision()
+            && !api.cache.wait_for(after, crate::rv::TOO_LARGE_WAIT).await
+        {
+            return Err(crate::rv::too_large(after, api.cache.revision()));
+        }
         match rc.subscribe_from(after) {
             Ok(sub) => Start::From(sub.replay, sub.live, after),
             Err(_) => Start::TooOld(after),

@@ -36,6 +36,8 @@ enum Command {
     Agent(ferry_node::AgentArgs),
     /// Run the service proxy.
     Proxy(ferry_proxy::ProxyArgs),
+    /// NetworkPolicy tools: explain a connection, print a reachability matrix, read the verdict log.
+    Netpol(ferry_netpol::NetpolArgs),
     /// Run one of the built-in container images (used by the node agent).
     #[command(hide = true)]
     BuiltinImage {
@@ -151,6 +153,7 @@ fn main() -> Result<()> {
             Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
             Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
+            Command::Netpol(a) => ferry_netpol::run(a).await,
             Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
         }
     })

@@ -106,3 +106,12 @@ print(urllib.request.urlopen('{server}/readyz',context=ctx).read().decode())\n"
     assert!(out.starts_with("401"), "{out}");
     assert!(out.contains("ok"), "{out}");
 }
+
+/// Issue 15: a paged LIST of 2,000 objects under concurrent writes is one snapshot, and a watch
+/// from its resourceVersion loses no event.
+#[test]
+fn paged_list_is_a_snapshot_and_watch_loses_nothing() {
+    let f = Ferry::start();
+    let out = f.python(include_str!("python/paged_watch.py"), &[]);
+    assert!(out.contains("OK"), "{out}");
+}

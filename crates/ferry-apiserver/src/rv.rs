@@ -1,0 +1,329 @@
+//! `resourceVersion`, `resourceVersionMatch` and `continue` on lists and watches, with
+//! upstream's validation and error texts (apimachinery's `ValidateListOptions`, the etcd3
+//! store's continue tokens and the cacher's "too large resource version"). Pure.
+
+use ferry_store::Revision;
+use serde_json::{Value, json};
+
+use crate::status::ApiError;
+
+/// How long a request for a resourceVersion the cache has not reached waits before 504
+/// (upstream's cacher blocks 3 s).
+pub const TOO_LARGE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Where a list is served from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListAt {
+    /// The latest state after a consistent read (`resourceVersion` unset).
+    Consistent,
+    /// Whatever the cache holds (`resourceVersion=0`); `limit` is not applied, as upstream's
+    /// watch cache does not page.
+    Any,
+    /// The latest state once the cache has reached this revision.
+    NotOlderThan(Revision),
+    /// Exactly this revision (`Exact`, the legacy `resourceVersion=N&limit=M`).
+    Exact(Revision),
+    /// The snapshot a continue token carries, after its key.
+    Continue { revision: Revision, start: String },
+}
+
+fn list_options_invalid(field: &str, reason: &str, message: String) -> ApiError {
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {field}: {message}"),
+    )
+    .with_details(json!({
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": [{"reason": reason, "message": message, "field": field}],
+    }))
+}
+
+/// Parses a non-empty, non-"0" resourceVersion; the error is upstream's field error text
+/// (callers wrap it: 400 on lists, 422 on watches, as upstream).
+pub fn parse(rv: &str) -> Result<Revision, String> {
+    match rv.parse::<u64>() {
+        Ok(n) => Revision::try_from(n).map_err(|e| {
+            format!(
+                "resourceVersion: Invalid value: \"{rv}\": strconv.ParseUint: parsing \"{rv}\": {e}"
+            )
+        }),
+        Err(e) => {
+            let why = match e.kind() {
+                std::num::IntErrorKind::PosOverflow => "value out of range",
+                _ => "invalid syntax",
+            };
+            Err(format!(
+                "resourceVersion: Invalid value: \"{rv}\": strconv.ParseUint: parsing \"{rv}\": {why}"
+            ))
+        }
+    }
+}
+
+/// Decides where a list is served from, validating the options as upstream does.
+pub fn list_at(
+    rv: &str,
+    rv_match: &str,
+    continue_token: Option<&str>,
+    limit: Option<i64>,
+) -> Result<ListAt, ApiError> {
+    if !rv_match.is_empty() {
+        if rv.is_empty() {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"
+                    .into(),
+            ));
+        }
+        if continue_token.is_some() {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+            ));
+        }
+        if rv_match != "Exact" && rv_match != "NotOlderThan" {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: \"{rv_match}\": supported values: \"Exact\", \"NotOlderThan\", \"\""
+                ),
+            ));
+        }
+        if rv_match == "Exact" && rv == "0" {
+            return Err(list_options_invalid(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""
+                    .into(),
+            ));
+        }
+    }
+    let n = match rv {
+        "" | "0" => None,
+        _ => Some(
+            parse(rv)
+                .map_err(|m| ApiError::bad_request(format!("invalid resource version: {m}")))?,
+        ),
+    };
+    if let Some(token) = continue_token {
+        if n.is_some() {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (revision, start) = decode_continue(token)?;
+        return Ok(ListAt::Continue { revision, start });
+    }
+    Ok(match (n, rv_match) {
+        (None, _) if rv.is_empty() => ListAt::Consistent,
+        (None, _) => ListAt::Any,
+        (Some(n), "Exact") => ListAt::Exact(n),
+        (Some(n), "") if limit.is_some_and(|l| l > 0) => ListAt::Exact(n),
+        (Some(n), _) => ListAt::NotOlderThan(n),
+    })
+}
+
+/// The continue token: upstream's shape (`{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`,
+/// base64), so the snapshot revision travels with the cursor.
+pub fn encode_continue(revision: Revision, last_key: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
+        json!({"v": "meta.k8s.io/v1", "rv": revision, "start": format!("{last_key}\u{0}")})
+            .to_string(),
+    )
+}
+
+/// Decodes a continue token into its revision and the key to start from (inclusive).
+pub fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
+    use base64::Engine;
+    let bad = |why: &str| {
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid: {why}"
+        ))
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad("illegal base64 data"))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad("incorrect encoding"))?;
+    if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(bad("server does not recognize this encoded key"));
+    }
+    let revision = v
+        .get("rv")
+        .and_then(Value::as_i64)
+        .filter(|r| *r > 0)
+        .ok_or_else(|| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
+    let start = v
+        .get("start")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| bad("encoded key is empty"))?;
+    Ok((revision, start.to_string()))
+}
+
+/// 410 for a list at a revision the cache no longer reaches back to.
+pub fn too_old(at: &ListAt) -> ApiError {
+    match at {
+        ListAt::Continue { .. } => ApiError::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        ),
+        _ => ApiError::expired("The resourceVersion for the provided list is too old."),
+    }
+}
+
+/// 504 for a resourceVersion the cache did not reach in [`TOO_LARGE_WAIT`].
+pub fn too_large(wanted: Revision, current: Revision) -> ApiError {
+    ApiError::new(
+        504,
+        "Timeout",
+        format!("Too large resource version: {wanted}, current: {current}"),
+    )
+    .with_details(json!({
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(rv: &str, m: &str, c: Option<&str>, l: Option<i64>) -> (u16, String) {
+        let e = list_at(rv, m, c, l).expect_err("should fail");
+        (e.code, e.message)
+    }
+
+    #[test]
+    fn list_options_as_upstream() {
+        let tok = encode_continue(7, "ns/b");
+        let cases: Vec<(
+            &str,
+            &str,
+            Option<&str>,
+            Option<i64>,
+            Result<ListAt, (u16, &str)>,
+        )> = vec![
+            ("", "", None, None, Ok(ListAt::Consistent)),
+            ("", "", None, Some(5), Ok(ListAt::Consistent)),
+            ("0", "", None, Some(5), Ok(ListAt::Any)),
+            ("0", "NotOlderThan", None, None, Ok(ListAt::Any)),
+            ("12", "", None, None, Ok(ListAt::NotOlderThan(12))),
+            ("12", "", None, Some(3), Ok(ListAt::Exact(12))),
+            (
+                "12",
+                "NotOlderThan",
+                None,
+                Some(3),
+                Ok(ListAt::NotOlderThan(12)),
+            ),
+            ("12", "Exact", None, None, Ok(ListAt::Exact(12))),
+            (
+                "",
+                "",
+                Some(&tok),
+                Some(3),
+                Ok(ListAt::Continue {
+                    revision: 7,
+                    start: "ns/b\u{0}".into(),
+                }),
+            ),
+            (
+                "0",
+                "",
+                Some(&tok),
+                None,
+                Ok(ListAt::Continue {
+                    revision: 7,
+                    start: "ns/b\u{0}".into(),
+                }),
+            ),
+            (
+                "",
+                "Exact",
+                None,
+                None,
+                Err((
+                    422,
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                )),
+            ),
+            (
+                "0",
+                "Exact",
+                Some(&tok),
+                None,
+                Err((
+                    422,
+                    "resourceVersionMatch is forbidden when continue is provided",
+                )),
+            ),
+            (
+                "5",
+                "InvalidMatch",
+                None,
+                None,
+                Err((422, "supported values")),
+            ),
+            (
+                "0",
+                "Exact",
+                None,
+                None,
+                Err((
+                    422,
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                )),
+            ),
+            ("invalid", "", None, None, Err((400, "Invalid value"))),
+            (
+                "99999999999999999999",
+                "",
+                None,
+                None,
+                Err((400, "value out of range")),
+            ),
+            ("-1", "", None, None, Err((400, "Invalid value"))),
+            (
+                "",
+                "",
+                Some("invalidContinueToken"),
+                None,
+                Err((400, "continue key is not valid")),
+            ),
+            (
+                "5",
+                "",
+                Some(&tok),
+                None,
+                Err((
+                    400,
+                    "specifying resource version is not allowed when using continue",
+                )),
+            ),
+        ];
+        for (rv, m, c, l, want) in cases {
+            match want {
+                Ok(at) => assert_eq!(list_at(rv, m, c, l).expect("ok"), at, "rv={rv} m={m}"),
+                Err((code, text)) => {
+                    let (got_code, msg) = err(rv, m, c, l);
+                    assert_eq!(got_code, code, "rv={rv} m={m}: {msg}");
+                    assert!(msg.contains(text), "rv={rv} m={m}: {msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let t = encode_continue(42, "default/web");
+        assert_eq!(
+            decode_continue(&t).expect("ok"),
+            (42, "default/web\u{0}".into())
+        );
+        assert!(decode_continue("e30").is_err()); // {}
+    }
+}
