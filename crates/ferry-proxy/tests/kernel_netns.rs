@@ -204,8 +204,35 @@ fn nftables_and_iptables_in_a_throwaway_netns() {
         svc("empty", "198.19.0.11", 80, &[]),
         svc("one", "198.19.0.12", 81, &["198.18.1.4:8080"]),
     ];
+    // ClientIP affinity: one client sticks to one endpoint.
+    let mut sticky = svc(
+        "sticky",
+        "198.19.0.13",
+        80,
+        &["198.18.1.1:8080", "198.18.1.2:8080", "198.18.1.3:8080"],
+    );
+    sticky.affinity = Some(std::time::Duration::from_secs(60));
+    ports.push(sticky);
+    // A NodePort, answered on the node's own address (fib daddr type local).
+    let mut np = svc(
+        "np",
+        "198.19.0.14",
+        80,
+        &["198.18.1.1:8080", "198.18.1.2:8080"],
+    );
+    np.node_port = Some(30080);
+    np.external = np.internal.clone();
+    ports.push(np);
     let st = a.sync(&nft::render(&ports, &cfg)).unwrap();
     assert!(st.full);
+    let seen = client("198.19.0.13", 80, 20);
+    assert_eq!(seen.len(), 1, "affinity keeps one endpoint: {seen:?}");
+    assert_eq!(seen.values().sum::<u32>(), 20);
+    let seen = client("198.18.9.1", 30080, 30);
+    assert!(
+        seen.get("198.18.1.1").is_some() && seen.get("198.18.1.2").is_some(),
+        "NodePort on a local address: {seen:?}"
+    );
     let seen = client("198.19.0.10", 80, 90);
     for e in ["198.18.1.1", "198.18.1.2", "198.18.1.3"] {
         assert!(

@@ -115,6 +115,27 @@ pub async fn start_services(
     });
 
     start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
+    // The loopback pod network cannot isolate pods: every NetworkPolicy gets a Warning Event
+    // saying so, and the first one is reported here, once.
+    {
+        let kc = kubeconfig.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            match ferry_netpol::cli::client(Some(&kc)).await {
+                Ok(c) => {
+                    ferry_netpol::warn::run(c, "loopback".into(), stop, |name| {
+                        eprintln!(
+                            "ferry up: NetworkPolicy {name} (and any other) is not enforced on the \
+                             loopback pod network; each gets a Warning Event (run as root for the \
+                             netns pod network, which enforces them)"
+                        )
+                    })
+                    .await
+                }
+                Err(e) => tracing::warn!("NetworkPolicy warnings: {e:#}"),
+            }
+        });
+    }
     eprintln!(
         "ferry up: node {node_name}, Services in {service_range}, pods in {}, kube-dns {dns_ip}",
         a.cluster_cidr
