@@ -36,6 +36,8 @@ enum Command {
     Agent(ferry_node::AgentArgs),
     /// Run the service proxy.
     Proxy(ferry_proxy::ProxyArgs),
+    /// Run the Ingress controller and its HTTP/HTTPS proxy.
+    Ingress(ferry_ingress::IngressArgs),
     /// NetworkPolicy tools: explain a connection, print a reachability matrix, read the verdict log.
     Netpol(ferry_netpol::NetpolArgs),
     /// Run one of the built-in container images (used by the node agent).
@@ -104,6 +106,14 @@ pub(crate) struct ServerArgs {
     /// `ferry up` only: the proxy's /healthz address; `off` disables it.
     #[arg(long, default_value = "127.0.0.1:10256")]
     proxy_healthz_listen: String,
+    /// `ferry up` only: where the Ingress proxy serves HTTP (`off`: not at all). Default:
+    /// 127.0.0.1:80 as root, 127.0.0.1:8080 otherwise.
+    #[arg(long)]
+    ingress_http_addr: Option<String>,
+    /// `ferry up` only: where the Ingress proxy serves HTTPS (`off`: not at all). Default:
+    /// 127.0.0.1:443 as root, 127.0.0.1:8443 otherwise.
+    #[arg(long)]
+    ingress_https_addr: Option<String>,
     /// Node port range (inclusive).
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
@@ -153,6 +163,7 @@ fn main() -> Result<()> {
             Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
             Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
+            Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
             Command::Netpol(a) => ferry_netpol::run(a).await,
             Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
         }

@@ -115,6 +115,7 @@ pub async fn start_services(
     });
 
     start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
+    start_ingress(a, running, &kubeconfig, shutdown, root).await;
     // The loopback pod network cannot isolate pods: every NetworkPolicy gets a Warning Event
     // saying so, and the first one is reported here, once.
     {
@@ -312,6 +313,82 @@ async fn start_dns(
     });
     eprintln!("ferry up: cluster DNS on {listen} (UDP and TCP)");
     Ok(())
+}
+
+/// The Ingress controller and proxy on loopback (ports 80 and 443 as root), and the default
+/// IngressClass `ferry` (as k3s installs one for its bundled controller), so that Ingresses
+/// naming no class are served.
+async fn start_ingress(
+    a: &ServerArgs,
+    running: &ferry_apiserver::Running,
+    kubeconfig: &Path,
+    shutdown: &CancellationToken,
+    root: bool,
+) {
+    let (http, https) = if root {
+        ("127.0.0.1:80", "127.0.0.1:443")
+    } else {
+        ("127.0.0.1:8080", "127.0.0.1:8443")
+    };
+    let mut args = ferry_ingress::IngressArgs::defaults();
+    args.kubeconfig = Some(kubeconfig.to_path_buf());
+    args.http_addr = a.ingress_http_addr.clone().unwrap_or_else(|| http.into());
+    args.https_addr = a.ingress_https_addr.clone().unwrap_or_else(|| https.into());
+    if args.http_addr == "off" && args.https_addr == "off" {
+        return;
+    }
+    ensure_ingress_class(running).await;
+    let show = |a: Option<std::net::SocketAddr>, scheme: &str| {
+        a.map_or("off".to_string(), |a| format!("{scheme}://{a}"))
+    };
+    match ferry_ingress::start(&args, shutdown.clone()).await {
+        Ok(r) => eprintln!(
+            "ferry up: ingress listening on {} and {} (IngressClass ferry, controller {})",
+            show(r.http, "http"),
+            show(r.https, "https"),
+            ferry_ingress::CONTROLLER_NAME
+        ),
+        Err(e) => {
+            tracing::warn!("ingress not started: {e}");
+            eprintln!("ferry up: ingress not started: {e}");
+        }
+    }
+}
+
+/// The default IngressClass `ferry` for the built-in controller.
+async fn ensure_ingress_class(running: &ferry_apiserver::Running) {
+    let api = &running.server.api;
+    let Some(res) = api
+        .resource("networking.k8s.io", "v1", "ingressclasses")
+        .cloned()
+    else {
+        return;
+    };
+    let path = ferry_apiserver::request::ResourcePath {
+        group: "networking.k8s.io".into(),
+        version: "v1".into(),
+        namespace: None,
+        resource: "ingressclasses".into(),
+        name: None,
+        subresource: None,
+    };
+    let body = json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IngressClass",
+        "metadata": {
+            "name": "ferry",
+            "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}
+        },
+        "spec": {"controller": ferry_ingress::CONTROLLER_NAME}
+    });
+    match api
+        .create(&res, &path, &ferry_apiserver::request::Query::default(), body)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {}
+        Err(e) => tracing::warn!("creating the IngressClass ferry: {}", e.message),
+    }
 }
 
 fn start_proxy(

@@ -93,6 +93,8 @@ fn spawn(dir: &Path) -> Child {
             &dns_listen(&svc),
         ])
         .args(["--dns-metrics-listen", "127.0.0.1:0"])
+        .args(["--ingress-http-addr", "127.0.0.1:0"])
+        .args(["--ingress-https-addr", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -167,6 +169,17 @@ impl Ferry {
         let line = log.lines().find(|l| l.contains("cluster DNS on "))?;
         let rest = line.split("cluster DNS on ").nth(1)?;
         Some(rest.split_whitespace().next()?.to_string())
+    }
+
+    /// Where this instance's Ingress proxy serves HTTP and HTTPS (`ip:port`), from its log.
+    pub fn ingress_addrs(&self) -> Option<(String, String)> {
+        let log = self.log();
+        let line = log.lines().find(|l| l.contains("ingress listening on "))?;
+        let rest = line.split("ingress listening on ").nth(1)?;
+        let mut words = rest.split_whitespace();
+        let http = words.next()?.strip_prefix("http://")?.to_string();
+        let https = words.nth(1)?.strip_prefix("https://")?.to_string();
+        Some((http, https))
     }
 
     /// Starts again on the same data directory.
