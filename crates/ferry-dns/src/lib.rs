@@ -267,17 +267,22 @@ impl Prepared {
         );
         let ops_task = tokio::spawn(ops::serve(ops_listener, shared.clone(), metrics.clone()));
         tracing::info!(udp = %server.udp_addr(), tcp = %server.tcp_addr(), "ferry dns serving");
+        // A watcher that panics or fails leaves the index stale; the task that only marks
+        // the index ready ends normally once it has.
         let watch_failed = async {
-            if watchers.is_empty() {
-                return std::future::pending().await;
-            }
-            let (r, _, _) = futures::future::select_all(watchers.iter_mut()).await;
-            match r {
-                Err(e) if e.is_panic() => {
-                    anyhow::anyhow!("a DNS watcher panicked: {}", panic_text(e))
+            loop {
+                if watchers.is_empty() {
+                    return std::future::pending().await;
                 }
-                Err(e) => anyhow::anyhow!("a DNS watcher stopped: {e}"),
-                Ok(()) => anyhow::anyhow!("a DNS watcher ended"),
+                let (r, i, _) = futures::future::select_all(watchers.iter_mut()).await;
+                watchers.remove(i);
+                match r {
+                    Ok(()) => continue,
+                    Err(e) if e.is_panic() => {
+                        return anyhow::anyhow!("a DNS watcher panicked: {}", panic_text(e));
+                    }
+                    Err(e) => return anyhow::anyhow!("a DNS watcher stopped: {e}"),
+                }
             }
         };
         let result = tokio::select! {

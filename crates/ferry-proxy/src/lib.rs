@@ -115,7 +115,12 @@ pub struct ProxyArgs {
     #[arg(long, default_value = "rr")]
     pub scheduler: Scheduler,
     /// Proxy mode: userspace, nftables or iptables.
-    #[arg(long = "proxy-mode", alias = "mode", value_enum, default_value = "userspace")]
+    #[arg(
+        long = "proxy-mode",
+        alias = "mode",
+        value_enum,
+        default_value = "userspace"
+    )]
     pub proxy_mode: ProxyMode,
     /// Serve NodePorts on this address instead of the node IPs (e.g. 0.0.0.0 for every local
     /// address).
@@ -213,22 +218,27 @@ impl Proxy {
     /// Completes when one of the proxy's tasks (watchers, sync loop) has ended on its own, a
     /// panic or an error; the proxy no longer follows the cluster then.
     pub async fn failed(&mut self) -> String {
-        if self.tasks.is_empty() {
-            return std::future::pending().await;
+        loop {
+            if self.tasks.is_empty() {
+                return std::future::pending().await;
+            }
+            let (r, i, _) = futures::future::select_all(self.tasks.iter_mut()).await;
+            let what = if i + 1 == self.tasks.len() {
+                "sync loop"
+            } else {
+                "watcher"
+            };
+            self.tasks.remove(i);
+            match r {
+                // The sync loop ends only when cancelled; a helper task may end normally.
+                Ok(()) if what == "watcher" => continue,
+                Ok(()) => return format!("{what} ended"),
+                Err(e) if e.is_panic() => {
+                    return format!("{what} panicked: {}", panic_message(e));
+                }
+                Err(e) => return format!("{what} stopped: {e}"),
+            }
         }
-        let (r, i, _) = futures::future::select_all(self.tasks.iter_mut()).await;
-        let what = if i + 1 == self.tasks.len() {
-            "sync loop"
-        } else {
-            "watcher"
-        };
-        let msg = match r {
-            Ok(()) => format!("{what} ended"),
-            Err(e) if e.is_panic() => format!("{what} panicked: {}", panic_message(e)),
-            Err(e) => format!("{what} stopped: {e}"),
-        };
-        self.tasks.remove(i);
-        msg
     }
 
     /// Stops watches, the loop and every listener.
@@ -424,8 +434,15 @@ mod tests {
         assert_eq!(k.proxy.proxy_mode, ProxyMode::Iptables);
         assert!(k.proxy.kernel.dry_run);
         assert_eq!(k.proxy.kernel.cluster_cidr.len(), 2);
-        let t = Cli::try_parse_from(["x", "trace", "--from", "10.0.0.1", "--to", "10.96.0.1:80/tcp"])
-            .unwrap();
+        let t = Cli::try_parse_from([
+            "x",
+            "trace",
+            "--from",
+            "10.0.0.1",
+            "--to",
+            "10.96.0.1:80/tcp",
+        ])
+        .unwrap();
         assert!(matches!(t.proxy.action, Some(ProxyAction::Trace(_))));
         assert!(Cli::try_parse_from(["x", "--sync-period", "5x"]).is_err());
     }

@@ -93,12 +93,20 @@ fn spawn(dir: &Path) -> Child {
             &dns_listen(&svc),
         ])
         .args(["--dns-metrics-listen", "127.0.0.1:0"])
+        .args(extra_args(dir))
         .args(["--ingress-http-addr", "127.0.0.1:0"])
         .args(["--ingress-https-addr", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
         .expect("start ferry")
+}
+
+/// Flags a test gave [`Ferry::start_with`] (kept in the data directory for restarts).
+fn extra_args(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("test-extra-args"))
+        .map(|s| s.lines().map(String::from).collect())
+        .unwrap_or_default()
 }
 
 fn wait_ready(dir: &Path, child: &mut Child) {
@@ -118,6 +126,21 @@ fn wait_ready(dir: &Path, child: &mut Child) {
 }
 
 impl Ferry {
+    /// Starts with extra `ferry up` flags.
+    pub fn start_with(extra: &[&str]) -> Ferry {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("test-extra-args"), extra.join("\n")).expect("args");
+        let mut child = spawn(dir.path());
+        wait_ready(dir.path(), &mut child);
+        let kubeconfig = dir.path().join("kubeconfig");
+        Ferry {
+            child: Some(child),
+            dir,
+            kubeconfig,
+            cache: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
     pub fn start() -> Ferry {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut child = spawn(dir.path());
