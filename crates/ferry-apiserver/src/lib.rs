@@ -4,6 +4,7 @@
 
 pub mod alloc;
 pub mod api;
+pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod discovery;
@@ -159,12 +160,13 @@ pub async fn start(
         ready: false.into(),
         checks: Default::default(),
         advertise: format!("{host}:{}", addr.port()),
+        auth: auth::Auth::load(&config.data_dir, None)?,
         kubelet_tls,
     });
     let tls = if config.plain_http {
         None
     } else {
-        Some(pki.server_config()?)
+        Some(auth::certs::server_config(&pki)?)
     };
     let done = tokio::spawn(server::serve(
         server.clone(),
@@ -185,6 +187,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;
+    auth::bootstrap_policy(&server.api).await?;
     let endpoint_ip = match addr.ip() {
         ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
         ip => ip,

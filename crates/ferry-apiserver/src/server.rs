@@ -33,6 +33,8 @@ pub struct Server {
     /// Readiness checks besides `ready` (`ferry up` adds one per component).
     pub checks: crate::readyz::Checks,
     pub advertise: String,
+    /// Authentication, authorization, ServiceAccount tokens, audit.
+    pub auth: crate::auth::Auth,
     /// TLS towards node agents (`pods/log`, `pods/exec`): the API server's client certificate
     /// and the CA that agents' serving certificates must chain to.
     pub kubelet_tls: Arc<rustls::ClientConfig>,
@@ -89,7 +91,7 @@ fn reply_response(r: Reply) -> Response<Body> {
 }
 
 impl Server {
-    fn authorized<B>(&self, req: &Request<B>) -> bool {
+    pub(crate) fn authorized<B>(&self, req: &Request<B>) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
@@ -125,9 +127,10 @@ impl Server {
             "/version" => return json_response(200, &discovery::version()),
             _ => {}
         }
-        if !self.authorized(&req) {
-            return error_response(&ApiError::unauthorized());
-        }
+        let req = match crate::auth::admit(&self, req).await {
+            Ok(req) => req,
+            Err(resp) => return resp,
+        };
         let accept = req
             .headers()
             .get(header::ACCEPT)
@@ -263,6 +266,7 @@ impl Server {
             return crate::podproxy::handle(self.clone(), req, &rp).await;
         }
         let want = negotiate(&accept);
+        let who = crate::auth::escalation::Who::of(&req);
         // Read the body for writes.
         let body_bytes = if matches!(
             method,
@@ -281,6 +285,19 @@ impl Server {
         } else {
             Bytes::new()
         };
+        if let Err(e) = crate::auth::escalation::check(
+            &self,
+            &who,
+            &res,
+            &rp,
+            &method,
+            &content_type,
+            &body_bytes,
+        )
+        .await
+        {
+            return error_response(&e);
+        }
         let result = self
             .dispatch(res, rp, &query, want, &method, &content_type, body_bytes)
             .await;
@@ -394,8 +411,14 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let server = server.clone();
         let acceptor = acceptor.clone();
-        let svc = hyper::service::service_fn(move |req| {
+        let peer_user = Arc::new(std::sync::OnceLock::<crate::auth::PeerUser>::new());
+        let conn_user = peer_user.clone();
+        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let server = server.clone();
+            req.extensions_mut().insert(crate::auth::PeerAddr(peer));
+            if let Some(u) = conn_user.get() {
+                req.extensions_mut().insert(u.clone());
+            }
             async move { Ok::<_, Infallible>(server.handle(req).await) }
         });
         let builder =
@@ -412,6 +435,9 @@ pub async fn serve(
                             return;
                         }
                     };
+                    if let Some(u) = crate::auth::certs::peer_user(&tls) {
+                        let _ = peer_user.set(u);
+                    }
                     let conn = builder
                         .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), svc)
                         .into_owned();
