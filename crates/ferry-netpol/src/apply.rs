@@ -32,7 +32,9 @@ impl Target {
         match &self.netns {
             Some(path) => {
                 let mut c = Command::new("nsenter");
-                c.arg(format!("--net={}", path.display())).arg("nft").args(args);
+                c.arg(format!("--net={}", path.display()))
+                    .arg("nft")
+                    .args(args);
                 c
             }
             None => {
@@ -130,7 +132,8 @@ impl Applier {
     /// Removes Ferry's table (nothing else is touched).
     pub fn remove(&mut self) -> Result<(), ApplyError> {
         self.applied = None;
-        self.target
-            .run_batch(&format!("add table inet {TABLE}\ndelete table inet {TABLE}\n"))
+        self.target.run_batch(&format!(
+            "add table inet {TABLE}\ndelete table inet {TABLE}\n"
+        ))
     }
 }

@@ -4,7 +4,9 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::model::{Labels, Model, NamedPort, PodInfo, PodKey, Policy, ProjectError, Proto, project_policy};
+use crate::model::{
+    Labels, Model, NamedPort, PodInfo, PodKey, Policy, ProjectError, Proto, project_policy,
+};
 
 /// The e2e namespaces and pods.
 pub const NAMESPACES: [&str; 3] = ["x", "y", "z"];
@@ -60,8 +62,8 @@ pub fn e2e_model(nodes: usize) -> Model {
 
 /// Parses a NetworkPolicy written as JSON (tests and examples).
 pub fn policy(v: serde_json::Value) -> Result<Policy, ProjectError> {
-    let np: k8s_openapi::api::networking::v1::NetworkPolicy =
-        serde_json::from_value(v).map_err(|e| ProjectError::Selector("json".into(), e.to_string()))?;
+    let np: k8s_openapi::api::networking::v1::NetworkPolicy = serde_json::from_value(v)
+        .map_err(|e| ProjectError::Selector("json".into(), e.to_string()))?;
     project_policy(&np)
 }
 

@@ -4,7 +4,9 @@
 //! per node; and, on the loopback pod network where nothing can be enforced, a Warning Event
 //! on every NetworkPolicy.
 
+pub mod agent;
 pub mod apply;
+pub mod cli;
 pub mod fixtures;
 pub mod log;
 pub mod matrix;
@@ -12,6 +14,8 @@ pub mod model;
 pub mod render;
 pub mod ruleset;
 pub mod verdict;
+pub mod warn;
 
+pub use cli::{NetpolArgs, run};
 pub use model::{Direction, Model, PodKey, Proto};
 pub use verdict::{Conn, Endpoint, Verdict, evaluate};

@@ -63,11 +63,17 @@ pub fn counters(json: &serde_json::Value) -> Vec<CounterRow> {
         out.push(row);
     }
     // One row per subject (a rule has one counted accept per address family).
-    out.sort_by(|a, b| (&a.verdict, &a.subject, &a.direction).cmp(&(&b.verdict, &b.subject, &b.direction)));
+    out.sort_by(|a, b| {
+        (&a.verdict, &a.subject, &a.direction).cmp(&(&b.verdict, &b.subject, &b.direction))
+    });
     let mut merged: Vec<CounterRow> = Vec::new();
     for r in out {
         match merged.last_mut() {
-            Some(m) if m.verdict == r.verdict && m.subject == r.subject && m.direction == r.direction => {
+            Some(m)
+                if m.verdict == r.verdict
+                    && m.subject == r.subject
+                    && m.direction == r.direction =>
+            {
                 m.packets += r.packets;
                 m.bytes += r.bytes;
             }
@@ -146,7 +152,15 @@ mod tests {
         assert!(!t.contains("x/a") && !t.contains("allow"), "{t}");
         assert!(format(&rows, true).contains("allow\tingress\tx/p ingress[0]\t7\t420"));
         let p = prometheus(&rows, "n1");
-        assert!(p.contains("ferry_netpol_denied_packets_total{node=\"n1\",direction=\"ingress\",pod=\"x/b\"} 3"), "{p}");
-        assert!(p.contains("ferry_netpol_allowed_packets_total{node=\"n1\",rule=\"x/p ingress[0]\"} 7"), "{p}");
+        assert!(
+            p.contains(
+                "ferry_netpol_denied_packets_total{node=\"n1\",direction=\"ingress\",pod=\"x/b\"} 3"
+            ),
+            "{p}"
+        );
+        assert!(
+            p.contains("ferry_netpol_allowed_packets_total{node=\"n1\",rule=\"x/p ingress[0]\"} 7"),
+            "{p}"
+        );
     }
 }

@@ -29,7 +29,12 @@ pub fn matrix(model: &Model, pods: &[PodKey], proto: Proto, port: u16) -> Vec<Ve
 /// The truth table as text (header: the port, then the destinations).
 pub fn format(pods: &[PodKey], grid: &[Vec<bool>], proto: Proto, port: u16) -> String {
     let names: Vec<String> = pods.iter().map(|p| p.to_string()).collect();
-    let w = names.iter().map(|n| n.len()).max().unwrap_or(1).max(format!("{port}/{proto}").len());
+    let w = names
+        .iter()
+        .map(|n| n.len())
+        .max()
+        .unwrap_or(1)
+        .max(format!("{port}/{proto}").len());
     let mut out = format!("{:<w$}", format!("{port}/{proto}"));
     for n in &names {
         out.push('\t');
@@ -37,7 +42,10 @@ pub fn format(pods: &[PodKey], grid: &[Vec<bool>], proto: Proto, port: u16) -> S
     }
     out.push('\n');
     for (i, row) in grid.iter().enumerate() {
-        out.push_str(&format!("{:<w$}", names.get(i).map(String::as_str).unwrap_or("?")));
+        out.push_str(&format!(
+            "{:<w$}",
+            names.get(i).map(String::as_str).unwrap_or("?")
+        ));
         for cell in row {
             out.push('\t');
             out.push_str(if *cell { "." } else { "X" });

@@ -145,7 +145,10 @@ pub enum Peer {
         pods: Option<LabelSelector>,
         namespaces: Option<LabelSelector>,
     },
-    IpBlock { cidr: IpNet, except: Vec<IpNet> },
+    IpBlock {
+        cidr: IpNet,
+        except: Vec<IpNet>,
+    },
 }
 
 impl fmt::Display for Peer {
@@ -222,7 +225,9 @@ impl Policy {
     }
     /// Whether the policy applies to `pod` (same namespace, selector matches, not host network).
     pub fn selects(&self, key: &PodKey, pod: &PodInfo) -> bool {
-        !pod.host_network && key.namespace == self.namespace && self.pod_selector.matches(&pod.labels)
+        !pod.host_network
+            && key.namespace == self.namespace
+            && self.pod_selector.matches(&pod.labels)
     }
 }
 
@@ -295,7 +300,10 @@ pub enum ProjectError {
     NoName,
 }
 
-fn selector(sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, at: &str) -> Result<LabelSelector, ProjectError> {
+fn selector(
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    at: &str,
+) -> Result<LabelSelector, ProjectError> {
     from_label_selector(sel).map_err(|e| ProjectError::Selector(at.to_string(), e))
 }
 
@@ -358,7 +366,13 @@ fn port(p: &net::NetworkPolicyPort, at: &str) -> Result<PortMatch, ProjectError>
         }
         Some(IntOrString::String(s)) => match s.parse::<u16>() {
             // A number written as a string is a number (intstr.IntValue semantics).
-            Ok(n) if n > 0 => PortSel::Range(n, p.end_port.and_then(|e| u16::try_from(e).ok()).unwrap_or(n).max(n)),
+            Ok(n) if n > 0 => PortSel::Range(
+                n,
+                p.end_port
+                    .and_then(|e| u16::try_from(e).ok())
+                    .unwrap_or(n)
+                    .max(n),
+            ),
             _ => PortSel::Named(s.clone()),
         },
     };
@@ -436,7 +450,10 @@ pub fn project_policy(np: &net::NetworkPolicy) -> Result<Policy, ProjectError> {
 /// A pod as the model sees it (finished pods have no addresses: theirs may be reused).
 pub fn project_pod(pod: &Pod) -> Option<(PodKey, PodInfo)> {
     let key = PodKey::new(
-        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         pod.metadata.name.clone()?,
     );
     let spec = pod.spec.as_ref();
@@ -525,27 +542,53 @@ mod tests {
 
     #[test]
     fn policy_types_default_as_upstream() {
-        let p = np(json!({"metadata": {"name": "a", "namespace": "x"}, "spec": {"podSelector": {}}}));
+        let p =
+            np(json!({"metadata": {"name": "a", "namespace": "x"}, "spec": {"podSelector": {}}}));
         assert!(p.ingress_isolates && !p.egress_isolates);
         let p = np(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "egress": [{}]}}));
         assert!(p.ingress_isolates && p.egress_isolates);
         assert_eq!(p.namespace, "default");
         let p = np(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "egress": []}}));
-        assert!(!p.egress_isolates, "an empty egress list does not add Egress");
-        let p = np(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "policyTypes": ["Egress"], "ingress": [{}]}}));
+        assert!(
+            !p.egress_isolates,
+            "an empty egress list does not add Egress"
+        );
+        let p = np(
+            json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "policyTypes": ["Egress"], "ingress": [{}]}}),
+        );
         assert!(!p.ingress_isolates && p.egress_isolates);
     }
 
     #[test]
     fn ports_default_and_ranges() {
-        let p = np(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "ingress": [{"ports": [
-            {"port": 80}, {"protocol": "UDP"}, {"port": "http", "protocol": "SCTP"},
-            {"port": 32000, "endPort": 32768}, {"port": "81"}
-        ]}]}}));
+        let p = np(
+            json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "ingress": [{"ports": [
+                {"port": 80}, {"protocol": "UDP"}, {"port": "http", "protocol": "SCTP"},
+                {"port": 32000, "endPort": 32768}, {"port": "81"}
+            ]}]}}),
+        );
         let ports = &p.ingress[0].ports;
-        assert_eq!(ports[0], PortMatch { proto: Proto::Tcp, port: PortSel::Range(80, 80) });
-        assert_eq!(ports[1], PortMatch { proto: Proto::Udp, port: PortSel::Any });
-        assert_eq!(ports[2], PortMatch { proto: Proto::Sctp, port: PortSel::Named("http".into()) });
+        assert_eq!(
+            ports[0],
+            PortMatch {
+                proto: Proto::Tcp,
+                port: PortSel::Range(80, 80)
+            }
+        );
+        assert_eq!(
+            ports[1],
+            PortMatch {
+                proto: Proto::Udp,
+                port: PortSel::Any
+            }
+        );
+        assert_eq!(
+            ports[2],
+            PortMatch {
+                proto: Proto::Sctp,
+                port: PortSel::Named("http".into())
+            }
+        );
         assert_eq!(ports[3].port, PortSel::Range(32000, 32768));
         assert_eq!(ports[4].port, PortSel::Range(81, 81));
         let bad: net::NetworkPolicy = serde_json::from_value(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {}, "ingress": [{"ports": [{"port": 70000}]}]}})).unwrap();
@@ -554,19 +597,40 @@ mod tests {
 
     #[test]
     fn peers_and_cidrs() {
-        let p = np(json!({"metadata": {"name": "a"}, "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "ingress": [{"from": [
-            {"ipBlock": {"cidr": "172.17.0.0/16", "except": ["172.17.1.0/24"]}},
-            {"namespaceSelector": {"matchLabels": {"project": "myproject"}}},
-            {"podSelector": {"matchLabels": {"role": "frontend"}}},
-            {"namespaceSelector": {}, "podSelector": {}}
-        ]}]}}));
+        let p = np(
+            json!({"metadata": {"name": "a"}, "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "ingress": [{"from": [
+                {"ipBlock": {"cidr": "172.17.0.0/16", "except": ["172.17.1.0/24"]}},
+                {"namespaceSelector": {"matchLabels": {"project": "myproject"}}},
+                {"podSelector": {"matchLabels": {"role": "frontend"}}},
+                {"namespaceSelector": {}, "podSelector": {}}
+            ]}]}}),
+        );
         let peers = &p.ingress[0].peers;
         assert_eq!(peers.len(), 4);
-        assert!(matches!(&peers[0], Peer::IpBlock { cidr, except } if cidr.to_string() == "172.17.0.0/16" && except.len() == 1));
-        assert!(matches!(&peers[1], Peer::Pods { pods: None, namespaces: Some(_) }));
-        assert!(matches!(&peers[2], Peer::Pods { pods: Some(_), namespaces: None }));
-        assert!(matches!(&peers[3], Peer::Pods { pods: Some(a), namespaces: Some(b) } if a.is_empty() && b.is_empty()));
-        assert_eq!(peers[0].to_string(), "ipBlock 172.17.0.0/16 except 172.17.1.0/24");
+        assert!(
+            matches!(&peers[0], Peer::IpBlock { cidr, except } if cidr.to_string() == "172.17.0.0/16" && except.len() == 1)
+        );
+        assert!(matches!(
+            &peers[1],
+            Peer::Pods {
+                pods: None,
+                namespaces: Some(_)
+            }
+        ));
+        assert!(matches!(
+            &peers[2],
+            Peer::Pods {
+                pods: Some(_),
+                namespaces: None
+            }
+        ));
+        assert!(
+            matches!(&peers[3], Peer::Pods { pods: Some(a), namespaces: Some(b) } if a.is_empty() && b.is_empty())
+        );
+        assert_eq!(
+            peers[0].to_string(),
+            "ipBlock 172.17.0.0/16 except 172.17.1.0/24"
+        );
     }
 
     #[test]

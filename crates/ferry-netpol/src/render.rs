@@ -29,7 +29,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::model::{Direction, Model, Peer, PodInfo, PodKey, PolicyKey, PortSel, Proto};
-use crate::ruleset::{Action, Chain, Elem, Fam, Field, Hook, LogSpec, Match, Rule, Ruleset, Set, SetKind};
+use crate::ruleset::{
+    Action, Chain, Elem, Fam, Field, Hook, LogSpec, Match, Rule, Ruleset, Set, SetKind,
+};
 use crate::verdict::{self, Endpoint};
 
 /// Ferry's table for NetworkPolicy (the service proxy has its own).
@@ -96,7 +98,10 @@ pub fn rule_chain(dir: Direction, policy: &PolicyKey, rule: usize) -> String {
         Direction::Ingress => "i",
         Direction::Egress => "e",
     };
-    ident("r", &[&policy.namespace, &policy.name, &format!("{d}{rule}")])
+    ident(
+        "r",
+        &[&policy.namespace, &policy.name, &format!("{d}{rule}")],
+    )
 }
 
 fn fam_suffix(f: Fam) -> &'static str {
@@ -318,12 +323,12 @@ fn build_rule_chain(
             // Ingress: the destination is the isolated local pod itself.
             Direction::Ingress => named_ports(rule, local_selected.iter().copied()),
             // Egress: any pod of the cluster may be the destination.
-            Direction::Egress => named_ports(
-                rule,
-                model.pods.values().filter(|p| !p.host_network),
-            ),
+            Direction::Egress => named_ports(rule, model.pods.values().filter(|p| !p.host_network)),
         };
-        let has_named = rule.ports.iter().any(|p| matches!(p.port, PortSel::Named(_)));
+        let has_named = rule
+            .ports
+            .iter()
+            .any(|p| matches!(p.port, PortSel::Named(_)));
         let mut named = named;
         for f in [Fam::V4, Fam::V6] {
             if !has_named {
@@ -432,7 +437,11 @@ pub fn render(model: &Model, node: &str, opts: &RenderOptions) -> Ruleset {
             }
             let mut deny = Rule::new(
                 Vec::new(),
-                if opts.reject { Action::Reject } else { Action::Drop },
+                if opts.reject {
+                    Action::Reject
+                } else {
+                    Action::Drop
+                },
             );
             deny.counter = true;
             deny.comment = Some(what);
@@ -518,11 +527,20 @@ mod tests {
 
     #[test]
     fn ranges_merge_and_subtract() {
-        assert_eq!(merge(vec![(5, 9), (1, 3), (4, 4), (20, 30), (25, 26)]), vec![(1, 9), (20, 30)]);
-        assert_eq!(subtract(&[(0, 100)], &[(10, 19), (50, 100)]), vec![(0, 9), (20, 49)]);
+        assert_eq!(
+            merge(vec![(5, 9), (1, 3), (4, 4), (20, 30), (25, 26)]),
+            vec![(1, 9), (20, 30)]
+        );
+        assert_eq!(
+            subtract(&[(0, 100)], &[(10, 19), (50, 100)]),
+            vec![(0, 9), (20, 49)]
+        );
         assert_eq!(subtract(&[(0, 100)], &[(0, 100)]), vec![]);
         assert_eq!(subtract(&[(10, 20)], &[(0, 5), (30, 40)]), vec![(10, 20)]);
-        assert_eq!(merge(vec![(u128::MAX - 1, u128::MAX), (0, 0)]), vec![(0, 0), (u128::MAX - 1, u128::MAX)]);
+        assert_eq!(
+            merge(vec![(u128::MAX - 1, u128::MAX), (0, 0)]),
+            vec![(0, 0), (u128::MAX - 1, u128::MAX)]
+        );
     }
 
     #[test]

@@ -277,7 +277,11 @@ fn chain_decl(table: &str, name: &str, c: &Chain) -> String {
 fn element_lines(out: &mut String, verb: &str, table: &str, name: &str, elems: &[&Elem]) {
     for chunk in elems.chunks(1000) {
         let list: Vec<String> = chunk.iter().map(|e| e.text()).collect();
-        let _ = writeln!(out, "{verb} element inet {table} {name} {{ {} }}", list.join(", "));
+        let _ = writeln!(
+            out,
+            "{verb} element inet {table} {name} {{ {} }}",
+            list.join(", ")
+        );
     }
 }
 
@@ -321,7 +325,10 @@ pub fn diff(old: Option<&Ruleset>, new: &Ruleset) -> (String, DiffStats) {
     // place: replace the whole table then.
     let compatible = |o: &Ruleset| {
         o.table == new.table
-            && new.sets.iter().all(|(k, s)| o.sets.get(k).is_none_or(|x| x.kind == s.kind))
+            && new
+                .sets
+                .iter()
+                .all(|(k, s)| o.sets.get(k).is_none_or(|x| x.kind == s.kind))
             && new
                 .chains
                 .iter()
@@ -442,9 +449,7 @@ enum Flow {
 }
 
 fn set_has(rs: &Ruleset, set: &str, f: impl Fn(&Elem) -> bool) -> bool {
-    rs.sets
-        .get(set)
-        .is_some_and(|s| s.elements.iter().any(f))
+    rs.sets.get(set).is_some_and(|s| s.elements.iter().any(f))
 }
 
 fn in_range(ip: IpAddr, a: IpAddr, b: IpAddr) -> bool {
@@ -628,7 +633,9 @@ mod tests {
         c.chains.remove("base");
         c.sets.remove("s");
         let (d, st) = diff(Some(&b), &c);
-        assert!(d.contains("flush chain inet t base\ndelete chain inet t base\ndelete set inet t s"));
+        assert!(
+            d.contains("flush chain inet t base\ndelete chain inet t base\ndelete set inet t s")
+        );
         assert_eq!((st.chains_removed, st.sets_removed), (1, 1));
     }
 

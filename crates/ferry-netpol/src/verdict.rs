@@ -201,7 +201,13 @@ pub fn peer_matches(
 }
 
 /// Whether a port entry matches, named ports resolved against `dst_pod`.
-pub fn port_matches(sel: &PortSel, want: Proto, proto: Proto, port: u16, dst_pod: Option<&PodInfo>) -> bool {
+pub fn port_matches(
+    sel: &PortSel,
+    want: Proto,
+    proto: Proto,
+    port: u16,
+    dst_pod: Option<&PodInfo>,
+) -> bool {
     if want != proto {
         return false;
     }
@@ -326,7 +332,15 @@ pub fn evaluate(model: &Model, c: &Conn) -> Verdict {
     let (src_ip, dst_ip) = addresses(model, c);
     let dst_pod = policy_pod(model, &c.dst).map(|(_, p)| p);
     let egress = side(model, Direction::Egress, &c.src, &c.dst, dst_ip, c, dst_pod);
-    let ingress = side(model, Direction::Ingress, &c.dst, &c.src, src_ip, c, dst_pod);
+    let ingress = side(
+        model,
+        Direction::Ingress,
+        &c.dst,
+        &c.src,
+        src_ip,
+        c,
+        dst_pod,
+    );
     Verdict {
         allowed: egress.outcome.allows() && ingress.outcome.allows(),
         egress,
@@ -361,10 +375,16 @@ pub fn explain(model: &Model, c: &Conn, v: &Verdict) -> Vec<String> {
         let text = match &s.outcome {
             Outcome::NotAPod => format!("{label} {who}: not a pod, no policy applies: allowed"),
             Outcome::NotIsolated => {
-                format!("{label} {who}: no policy with {} selects it, not isolated: allowed", dir.as_str())
+                format!(
+                    "{label} {who}: no policy with {} selects it, not isolated: allowed",
+                    dir.as_str()
+                )
             }
             Outcome::Exempt(Exemption::SamePod) => {
-                format!("{label} {who}: isolated by {}, but a pod always reaches itself: allowed", sel.join(", "))
+                format!(
+                    "{label} {who}: isolated by {}, but a pod always reaches itself: allowed",
+                    sel.join(", ")
+                )
             }
             Outcome::Exempt(Exemption::OwnNode) => format!(
                 "{label} {who}: isolated by {}, but traffic with the pod's own node always passes: allowed",

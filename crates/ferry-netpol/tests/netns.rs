@@ -117,7 +117,8 @@ fn ip(s: &str) -> IpAddr {
 
 fn model() -> Model {
     let mut m = Model::default();
-    m.nodes.insert("n".into(), vec![ip("198.18.200.1"), ip("198.18.201.1")]);
+    m.nodes
+        .insert("n".into(), vec![ip("198.18.200.1"), ip("198.18.201.1")]);
     m.put_namespace("x", Default::default());
     for (name, addr) in [("a", "198.18.200.2"), ("b", "198.18.201.2")] {
         m.pods.insert(
@@ -171,11 +172,18 @@ fn policy_enforced_in_a_node_namespace() {
         (&b, "vb", "198.18.201.1", "198.18.201.2"),
     ] {
         sh(&[
-            "ip", "-n", &node, "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", pod,
+            "ip", "-n", &node, "link", "add", host_if, "type", "veth", "peer", "name", "eth0",
+            "netns", pod,
         ]);
-        exec(&node, &["ip", "addr", "add", &format!("{hip}/24"), "dev", host_if]);
+        exec(
+            &node,
+            &["ip", "addr", "add", &format!("{hip}/24"), "dev", host_if],
+        );
         exec(&node, &["ip", "link", "set", host_if, "up"]);
-        exec(pod, &["ip", "addr", "add", &format!("{pip}/24"), "dev", "eth0"]);
+        exec(
+            pod,
+            &["ip", "addr", "add", &format!("{pip}/24"), "dev", "eth0"],
+        );
         exec(pod, &["ip", "link", "set", "eth0", "up"]);
         exec(pod, &["ip", "link", "set", "lo", "up"]);
         exec(pod, &["ip", "route", "add", "default", "via", hip]);
@@ -220,8 +228,10 @@ fn policy_enforced_in_a_node_namespace() {
     // default-deny-ingress in x: b refuses new connections (rejected at once).
     let deny = with(
         base.clone(),
-        policy(json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}))
+        policy(
+            json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
+        )
         .unwrap(),
     );
     let stats = applier.apply(&render(&deny, "n", &opts)).unwrap();
@@ -239,7 +249,10 @@ fn policy_enforced_in_a_node_namespace() {
         .unwrap(),
     );
     let stats = applier.apply(&render(&allow, "n", &opts)).unwrap();
-    assert!(stats.chains_rewritten >= 1 && stats.sets_added >= 2, "{stats:?}");
+    assert!(
+        stats.chains_rewritten >= 1 && stats.sets_added >= 2,
+        "{stats:?}"
+    );
     assert_eq!(client.ask("198.18.201.2 80"), "ok");
     assert!(client.ask("198.18.201.2 81") != "ok");
 

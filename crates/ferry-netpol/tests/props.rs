@@ -127,7 +127,17 @@ fn arb_policy() -> impl Strategy<Value = Policy> {
         })
 }
 
-fn arb_pod() -> impl Strategy<Value = (usize, Vec<(String, String)>, usize, bool, Vec<NamedPort>, bool)> {
+/// (namespace index, labels, node index, has IPv6, named ports, host network)
+type PodSpec = (
+    usize,
+    Vec<(String, String)>,
+    usize,
+    bool,
+    Vec<NamedPort>,
+    bool,
+);
+
+fn arb_pod() -> impl Strategy<Value = PodSpec> {
     (
         0..NS.len(),
         arb_labels(),
@@ -168,9 +178,19 @@ fn arb_model() -> impl Strategy<Value = Model> {
                 let ips = if host {
                     vec![node_ip(node)]
                 } else {
-                    let mut ips = vec![IpAddr::V4(Ipv4Addr::new(10, 0, (i % 3) as u8, i as u8 + 1))];
+                    let mut ips =
+                        vec![IpAddr::V4(Ipv4Addr::new(10, 0, (i % 3) as u8, i as u8 + 1))];
                     if v6 {
-                        ips.push(IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 0x10)));
+                        ips.push(IpAddr::V6(Ipv6Addr::new(
+                            0xfd00,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            0,
+                            i as u16 + 0x10,
+                        )));
                     }
                     ips
                 };
@@ -197,7 +217,13 @@ fn arb_model() -> impl Strategy<Value = Model> {
 fn addresses(m: &Model) -> Vec<IpAddr> {
     let mut v: Vec<IpAddr> = m.pods.values().flat_map(|p| p.ips.clone()).collect();
     v.extend(m.nodes.values().flatten().copied());
-    for s in ["10.0.1.200", "192.0.2.7", "203.0.113.1", "fd00::1f", "2001:db8::1"] {
+    for s in [
+        "10.0.1.200",
+        "192.0.2.7",
+        "203.0.113.1",
+        "fd00::1f",
+        "2001:db8::1",
+    ] {
         v.push(s.parse().unwrap());
     }
     v.sort();
@@ -275,7 +301,7 @@ proptest! {
         let mut open = m.clone();
         open.policies.clear();
         for (k, p) in &m.pods {
-            for (k2, _) in &m.pods {
+            for k2 in m.pods.keys() {
                 for proto in Proto::ALL {
                     let c = Conn { src: Endpoint::pod(k.clone()), dst: Endpoint::pod(k2.clone()), proto, port: 80 };
                     prop_assert!(evaluate(&open, &c).allowed);
@@ -370,7 +396,11 @@ fn rendered_rules_agree_on_e2e_policies() {
     for case in cases {
         let m = with(e2e_model(3), policy(case.clone()).unwrap());
         let opts = RenderOptions::default();
-        let tables: BTreeMap<String, _> = m.nodes.keys().map(|n| (n.clone(), render(&m, n, &opts))).collect();
+        let tables: BTreeMap<String, _> = m
+            .nodes
+            .keys()
+            .map(|n| (n.clone(), render(&m, n, &opts)))
+            .collect();
         let addrs = addresses(&m);
         let mut denied = 0;
         for &src in &addrs {
@@ -378,7 +408,16 @@ fn rendered_rules_agree_on_e2e_policies() {
                 for proto in Proto::ALL {
                     for port in [80u16, 81] {
                         let want = evaluate_ips(&m, src, dst, proto, port).allowed;
-                        let got = kernel(&m, &tables, Packet { src, dst, proto, port });
+                        let got = kernel(
+                            &m,
+                            &tables,
+                            Packet {
+                                src,
+                                dst,
+                                proto,
+                                port,
+                            },
+                        );
                         assert_eq!(got, want, "{src} -> {dst} {port}/{proto} {case}");
                         denied += usize::from(!want);
                     }

@@ -72,8 +72,10 @@ fn no_policy_allows_everything() {
 fn seed_default_deny_ingress() {
     let m = with(
         e2e_model(3),
-        policy(json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}))
+        policy(
+            json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
+        )
         .unwrap(),
     );
     for proto in Proto::ALL {
@@ -88,12 +90,16 @@ fn seed_allow_all_ingress_overrides_deny() {
     let m = with(
         with(
             e2e_model(3),
-            policy(json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
-                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}))
+            policy(
+                json!({"metadata": {"name": "default-deny-ingress", "namespace": "x"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
+            )
             .unwrap(),
         ),
-        policy(json!({"metadata": {"name": "allow-all-ingress", "namespace": "x"},
-            "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}))
+        policy(
+            json!({"metadata": {"name": "allow-all-ingress", "namespace": "x"},
+            "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}),
+        )
         .unwrap(),
     );
     for proto in Proto::ALL {
@@ -120,8 +126,10 @@ fn seed_allow_all_ingress_overrides_deny() {
 
 #[test]
 fn seed_default_deny_egress_and_allow_all_egress() {
-    let deny = policy(json!({"metadata": {"name": "default-deny-egress", "namespace": "x"},
-        "spec": {"podSelector": {}, "policyTypes": ["Egress"]}}))
+    let deny = policy(
+        json!({"metadata": {"name": "default-deny-egress", "namespace": "x"},
+        "spec": {"podSelector": {}, "policyTypes": ["Egress"]}}),
+    )
     .unwrap();
     let m = with(e2e_model(3), deny.clone());
     for proto in Proto::ALL {
@@ -129,12 +137,20 @@ fn seed_default_deny_egress_and_allow_all_egress() {
     }
     // External destinations too; the pod's own node stays reachable.
     assert!(!conn(&m, "x/a", "93.184.216.34", Proto::Tcp, 443));
-    assert!(conn(&m, "x/a", "198.18.0.1", Proto::Tcp, 10250), "x/a runs on n0");
-    assert!(!conn(&m, "x/a", "198.18.0.2", Proto::Tcp, 10250), "another node is not exempt");
+    assert!(
+        conn(&m, "x/a", "198.18.0.1", Proto::Tcp, 10250),
+        "x/a runs on n0"
+    );
+    assert!(
+        !conn(&m, "x/a", "198.18.0.2", Proto::Tcp, 10250),
+        "another node is not exempt"
+    );
     let m = with(
         m,
-        policy(json!({"metadata": {"name": "allow-all-egress", "namespace": "x"},
-            "spec": {"podSelector": {}, "egress": [{}], "policyTypes": ["Egress"]}}))
+        policy(
+            json!({"metadata": {"name": "allow-all-egress", "namespace": "x"},
+            "spec": {"podSelector": {}, "egress": [{}], "policyTypes": ["Egress"]}}),
+        )
         .unwrap(),
     );
     for proto in Proto::ALL {
@@ -147,12 +163,16 @@ fn seed_default_deny_egress_and_allow_all_egress() {
 fn seed_default_deny_all() {
     let m = with(
         e2e_model(3),
-        policy(json!({"metadata": {"name": "default-deny-all", "namespace": "x"},
-            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}))
+        policy(
+            json!({"metadata": {"name": "default-deny-all", "namespace": "x"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}}),
+        )
         .unwrap(),
     );
     for proto in Proto::ALL {
-        check(&m, proto, 80, |f, t| f.namespace == "x" || t.namespace == "x");
+        check(&m, proto, 80, |f, t| {
+            f.namespace == "x" || t.namespace == "x"
+        });
     }
     // Node probes still reach the pod (x/b runs on n1).
     assert!(conn(&m, "198.18.0.2", "x/b", Proto::Tcp, 80));
@@ -227,18 +247,33 @@ fn seed_test_network_policy() {
     assert!(conn(&m, "172.17.2.200", "default/db", t, 6379));
     assert!(!conn(&m, "172.17.1.5", "default/db", t, 6379), "except");
     assert!(!conn(&m, "172.18.0.1", "default/db", t, 6379));
-    assert!(!conn(&m, "other/frontend", "default/db", t, 6379), "podSelector alone is the policy's namespace");
+    assert!(
+        !conn(&m, "other/frontend", "default/db", t, 6379),
+        "podSelector alone is the policy's namespace"
+    );
     assert!(!conn(&m, "default/backend", "default/db", t, 6379));
     assert!(!conn(&m, "default/frontend", "default/db", t, 6380), "port");
-    assert!(!conn(&m, "default/frontend", "default/db", Proto::Udp, 6379), "protocol");
+    assert!(
+        !conn(&m, "default/frontend", "default/db", Proto::Udp, 6379),
+        "protocol"
+    );
     // Egress: only 10.0.0.0/24 port 5978/TCP — a pod address in the block counts (ipBlock on pod IPs).
     assert!(conn(&m, "default/db", "10.0.0.9", t, 5978));
     assert!(conn(&m, "default/db", "default/inside", t, 5978));
     assert!(!conn(&m, "default/db", "10.0.1.9", t, 5978));
     assert!(!conn(&m, "default/db", "10.0.0.9", t, 5979));
-    assert!(!conn(&m, "default/db", "default/frontend", t, 6379), "db's egress is isolated");
+    assert!(
+        !conn(&m, "default/db", "default/frontend", t, 6379),
+        "db's egress is isolated"
+    );
     // Other pods are not selected.
-    assert!(conn(&m, "default/frontend", "default/backend", Proto::Udp, 9));
+    assert!(conn(
+        &m,
+        "default/frontend",
+        "default/backend",
+        Proto::Udp,
+        9
+    ));
     // The explanation names the policy, the rule, the peer and the port.
     let c = Conn {
         src: Endpoint::pod(k("proj/anything")),
@@ -252,14 +287,22 @@ fn seed_test_network_policy() {
         text.contains("allowed by default/test-network-policy ingress[0] (peer [1] namespaceSelector {project=myproject}, port [0] 6379/TCP)"),
         "{text}"
     );
-    assert!(text.contains("egress of the source proj/anything (10.244.0.20): no policy with Egress selects it"), "{text}");
+    assert!(
+        text.contains(
+            "egress of the source proj/anything (10.244.0.20): no policy with Egress selects it"
+        ),
+        "{text}"
+    );
     assert!(text.ends_with("ALLOWED"), "{text}");
     let c = Conn {
         src: Endpoint::ip(ip("172.17.1.5")),
         ..c
     };
     let text = explain(&m, &c, &evaluate(&m, &c)).join("\n");
-    assert!(text.contains("no rule allows 6379/TCP: denied") && text.ends_with("DENIED"), "{text}");
+    assert!(
+        text.contains("no rule allows 6379/TCP: denied") && text.ends_with("DENIED"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -268,14 +311,26 @@ fn seed_end_port() {
     m.policies.clear();
     let m = with(
         m,
-        policy(json!({"metadata": {"name": "multi-port-egress", "namespace": "default"},
+        policy(
+            json!({"metadata": {"name": "multi-port-egress", "namespace": "default"},
             "spec": {"podSelector": {"matchLabels": {"role": "db"}}, "policyTypes": ["Egress"],
                 "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
-                    "ports": [{"protocol": "TCP", "port": 32000, "endPort": 32768}]}]}}))
+                    "ports": [{"protocol": "TCP", "port": 32000, "endPort": 32768}]}]}}),
+        )
         .unwrap(),
     );
-    for (port, ok) in [(31999, false), (32000, true), (32500, true), (32768, true), (32769, false)] {
-        assert_eq!(conn(&m, "default/db", "10.0.0.1", Proto::Tcp, port), ok, "{port}");
+    for (port, ok) in [
+        (31999, false),
+        (32000, true),
+        (32500, true),
+        (32768, true),
+        (32769, false),
+    ] {
+        assert_eq!(
+            conn(&m, "default/db", "10.0.0.1", Proto::Tcp, port),
+            ok,
+            "{port}"
+        );
     }
     assert!(!conn(&m, "default/db", "10.0.0.1", Proto::Udp, 32000));
     // Ingress of db is not isolated by an Egress-only policy.
@@ -311,7 +366,9 @@ fn pod_and_namespace_selector_in_one_peer_or_two() {
             "ingress": [{"from": [{"namespaceSelector": {}, "podSelector": {"matchExpressions": [{"key": "pod", "operator": "NotIn", "values": ["c"]}]}}]}]}}))
         .unwrap(),
     );
-    check(&all_ns, Proto::Tcp, 80, |f, t| *t == k("x/a") && f.name == "c");
+    check(&all_ns, Proto::Tcp, 80, |f, t| {
+        *t == k("x/a") && f.name == "c"
+    });
     // Namespace by name label.
     let by_name = with(
         e2e_model(3),
@@ -319,7 +376,9 @@ fn pod_and_namespace_selector_in_one_peer_or_two() {
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "z"}}}]}]}}))
         .unwrap(),
     );
-    check(&by_name, Proto::Udp, 81, |f, t| t.namespace == "x" && f.namespace != "z");
+    check(&by_name, Proto::Udp, 81, |f, t| {
+        t.namespace == "x" && f.namespace != "z"
+    });
 }
 
 #[test]
@@ -356,10 +415,15 @@ fn named_ports_resolve_against_the_destination() {
             "egress": [{"ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}]}}))
         .unwrap(),
     );
-    check(&m, Proto::Udp, 81, |f, t| f.namespace == "x" && *t == k("y/c"));
+    check(&m, Proto::Udp, 81, |f, t| {
+        f.namespace == "x" && *t == k("y/c")
+    });
     check(&m, Proto::Tcp, 81, |f, _| f.namespace == "x");
     assert!(conn(&m, "x/a", "y/c", Proto::Udp, 8081));
-    assert!(!conn(&m, "x/a", "10.9.9.9", Proto::Udp, 81), "external addresses have no named ports");
+    assert!(
+        !conn(&m, "x/a", "10.9.9.9", Proto::Udp, 81),
+        "external addresses have no named ports"
+    );
 }
 
 #[test]
@@ -402,7 +466,9 @@ fn egress_with_dns_allowed() {
     assert!(conn(&m, "x/a", "kube-system/coredns", Proto::Udp, 53));
     assert!(conn(&m, "x/a", "kube-system/coredns", Proto::Tcp, 53));
     assert!(!conn(&m, "x/a", "kube-system/coredns", Proto::Tcp, 80));
-    check(&m, Proto::Tcp, 80, |f, t| f.namespace == "x" && *t != k("x/b"));
+    check(&m, Proto::Tcp, 80, |f, t| {
+        f.namespace == "x" && *t != k("x/b")
+    });
     check(&m, Proto::Udp, 80, |f, _| f.namespace == "x");
 }
 
@@ -419,12 +485,16 @@ fn union_of_policies_and_isolation_per_direction() {
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "z"}}}], "ports": [{"port": 81}]}]}}))
         .unwrap(),
     );
-    check(&m, Proto::Tcp, 80, |f, t| t.namespace == "x" && f.namespace != "y");
+    check(&m, Proto::Tcp, 80, |f, t| {
+        t.namespace == "x" && f.namespace != "y"
+    });
     check(&m, Proto::Tcp, 81, |f, t| {
         t.namespace == "x" && f.namespace != "y" && !(t.name == "c" && f.namespace == "z")
     });
     // Egress of x is not isolated by ingress policies.
-    check(&m, Proto::Udp, 81, |f, t| t.namespace == "x" && f.namespace != "y");
+    check(&m, Proto::Udp, 81, |f, t| {
+        t.namespace == "x" && f.namespace != "y"
+    });
 }
 
 #[test]
@@ -467,10 +537,12 @@ fn host_network_pods_are_their_node() {
     );
     let m = with(
         m,
-        policy(json!({"metadata": {"name": "p", "namespace": "x"}, "spec": {"podSelector": {},
+        policy(
+            json!({"metadata": {"name": "p", "namespace": "x"}, "spec": {"podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "a"}}}]}],
-            "egress": [{"to": [{"podSelector": {"matchLabels": {"pod": "a"}}}]}]}}))
+            "egress": [{"to": [{"podSelector": {"matchLabels": {"pod": "a"}}}]}]}}),
+        )
         .unwrap(),
     );
     // Not selected by the policy (host network), not matched by the podSelector as a peer.
@@ -487,7 +559,10 @@ fn host_network_pods_are_their_node() {
     // x/a runs on n0: the host pod of n0 reaches it; x/b on n1 is not reachable from it.
     assert!(conn(&m, "x/host", "x/a", Proto::Tcp, 80));
     assert!(!conn(&m, "x/host", "x/b", Proto::Tcp, 80));
-    assert!(conn(&m, "x/a", "x/a", Proto::Udp, 9), "a pod reaches itself");
+    assert!(
+        conn(&m, "x/a", "x/a", Proto::Udp, 9),
+        "a pod reaches itself"
+    );
 }
 
 #[test]
@@ -497,8 +572,10 @@ fn dual_stack_uses_the_connection_family() {
     m.pods.get_mut(&k("y/a")).unwrap().ips.push(ip("fd00::b"));
     let m = with(
         m,
-        policy(json!({"metadata": {"name": "p", "namespace": "x"}, "spec": {"podSelector": {},
-            "ingress": [{"from": [{"ipBlock": {"cidr": "fd00::/64"}}]}]}}))
+        policy(
+            json!({"metadata": {"name": "p", "namespace": "x"}, "spec": {"podSelector": {},
+            "ingress": [{"from": [{"ipBlock": {"cidr": "fd00::/64"}}]}]}}),
+        )
         .unwrap(),
     );
     assert!(conn(&m, "fd00::b", "fd00::a", Proto::Tcp, 80));

@@ -1,0 +1,480 @@
+//! `ferry netpol explain|matrix|log`: the verdict function on the cluster's objects (read
+//! with kube-rs), and the kernel's counters. The text is built by pure functions.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::apply::Target;
+use crate::matrix;
+use crate::model::{self, Model, PodKey, Proto};
+use crate::verdict::{Conn, Endpoint, evaluate, explain};
+
+#[derive(Args, Debug, Clone)]
+pub struct NetpolArgs {
+    /// The kubeconfig to reach the API server (default: `$KUBECONFIG`, then in-cluster).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: NetpolCommand,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum NetpolCommand {
+    /// Explain whether a connection is allowed: which policies isolate each side, which rule
+    /// allows it.
+    Explain {
+        /// The source: NS/POD, or an address.
+        #[arg(long)]
+        from: String,
+        /// The destination: NS/POD[:PORT[/PROTO]], or ADDRESS[:PORT[/PROTO]] ([v6]:PORT).
+        /// Without a port: every container port the destination pod declares.
+        #[arg(long)]
+        to: String,
+        /// Also evaluate the NetworkPolicies in this YAML/JSON file (added to, or replacing,
+        /// the applied ones).
+        #[arg(long = "what-if")]
+        what_if: Option<PathBuf>,
+    },
+    /// Print the reachability matrix of the pods of some namespaces (`.` allowed, `X` denied).
+    Matrix {
+        /// Namespaces (repeatable, or comma-separated).
+        #[arg(
+            short = 'n',
+            long = "namespace",
+            value_delimiter = ',',
+            required = true
+        )]
+        namespaces: Vec<String>,
+        /// PORT/PROTO to evaluate (repeatable; default 80/TCP).
+        #[arg(long = "port", value_delimiter = ',')]
+        ports: Vec<String>,
+        #[arg(long = "what-if")]
+        what_if: Option<PathBuf>,
+    },
+    /// Denied (and, with --allowed, allowed) connection counts from the kernel's rules.
+    Log {
+        /// The node's network namespace (a path such as /run/netns/NAME); default: this one.
+        #[arg(long)]
+        netns: Option<PathBuf>,
+        /// Also show the counts of each policy rule's accepts.
+        #[arg(long)]
+        allowed: bool,
+        /// Print Prometheus text instead of a table.
+        #[arg(long)]
+        prometheus: bool,
+        /// The node name for Prometheus labels.
+        #[arg(long, default_value = "")]
+        node: String,
+    },
+}
+
+/// `PORT[/PROTO]`.
+pub fn parse_port(s: &str) -> Result<(u16, Proto)> {
+    let (p, proto) = match s.split_once('/') {
+        Some((p, proto)) => (
+            p,
+            Proto::parse(proto).with_context(|| format!("unknown protocol {proto:?}"))?,
+        ),
+        None => (s, Proto::Tcp),
+    };
+    let port: u16 = p.parse().with_context(|| format!("invalid port {p:?}"))?;
+    if port == 0 {
+        bail!("port 0");
+    }
+    Ok((port, proto))
+}
+
+/// A side of `explain`: the endpoint and an optional port.
+pub fn parse_endpoint(model: &Model, s: &str) -> Result<(Endpoint, Option<(u16, Proto)>)> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse() {
+        return Ok((Endpoint::at(model, ip), None));
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (addr, tail) = rest.split_once(']').context("missing ]")?;
+        let ip = addr
+            .parse()
+            .with_context(|| format!("invalid address {addr:?}"))?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => Some(parse_port(p)?),
+            None => None,
+        };
+        return Ok((Endpoint::at(model, ip), port));
+    }
+    let (who, port) = match s.split_once(':') {
+        Some((w, p)) => (w, Some(parse_port(p)?)),
+        None => (s, None),
+    };
+    if let Ok(ip) = who.parse() {
+        return Ok((Endpoint::at(model, ip), port));
+    }
+    let (ns, name) = who
+        .split_once('/')
+        .with_context(|| format!("{who:?}: expected NAMESPACE/POD or an address"))?;
+    let key = PodKey::new(ns, name);
+    if !model.pods.contains_key(&key) {
+        bail!("pod {key} not found");
+    }
+    Ok((Endpoint::pod(key), port))
+}
+
+/// Policies from a YAML or JSON file (documents, or Lists of them).
+pub fn parse_policies(text: &str) -> Result<Vec<model::Policy>> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).context("reading YAML")?;
+    let mut out = Vec::new();
+    let mut push = |v: &serde_json::Value| -> Result<()> {
+        if v.get("kind").and_then(|k| k.as_str()) != Some("NetworkPolicy") {
+            return Ok(());
+        }
+        let np: NetworkPolicy = serde_json::from_value(v.clone()).context("a NetworkPolicy")?;
+        out.push(model::project_policy(&np)?);
+        Ok(())
+    };
+    for d in &docs {
+        if d.is_null() {
+            continue;
+        }
+        if let Some(items) = d.get("items").and_then(|i| i.as_array()) {
+            for i in items {
+                push(i)?;
+            }
+        } else {
+            push(d)?;
+        }
+    }
+    if out.is_empty() {
+        bail!("no NetworkPolicy in the file");
+    }
+    Ok(out)
+}
+
+/// The `explain` text.
+pub fn explain_text(model: &Model, from: &str, to: &str) -> Result<String> {
+    let (src, _) = parse_endpoint(model, from)?;
+    let (dst, port) = parse_endpoint(model, to)?;
+    let ports: Vec<(u16, Proto)> = match port {
+        Some(p) => vec![p],
+        None => {
+            let declared: Vec<(u16, Proto)> = dst
+                .pod
+                .as_ref()
+                .and_then(|k| model.pods.get(k))
+                .map(|p| p.ports.iter().map(|np| (np.port, np.proto)).collect())
+                .unwrap_or_default();
+            if declared.is_empty() {
+                bail!(
+                    "no port given and the destination declares no named container port: use --to ...:PORT/PROTO"
+                );
+            }
+            declared
+        }
+    };
+    let mut out = String::new();
+    for (i, (port, proto)) in ports.into_iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let c = Conn {
+            src: src.clone(),
+            dst: dst.clone(),
+            proto,
+            port,
+        };
+        let v = evaluate(model, &c);
+        for line in explain(model, &c, &v) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+/// The `matrix` text.
+pub fn matrix_text(model: &Model, namespaces: &[String], ports: &[(u16, Proto)]) -> Result<String> {
+    let pods: Vec<PodKey> = model
+        .pods
+        .iter()
+        .filter(|(k, p)| namespaces.contains(&k.namespace) && !p.host_network)
+        .map(|(k, _)| k.clone())
+        .collect();
+    if pods.is_empty() {
+        bail!("no pods in {}", namespaces.join(", "));
+    }
+    let mut out = String::new();
+    for (i, (port, proto)) in ports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let grid = matrix::matrix(model, &pods, *proto, *port);
+        out.push_str(&matrix::format(&pods, &grid, *proto, *port));
+    }
+    Ok(out)
+}
+
+/// Adds what-if policies to the model.
+pub fn with_policies(mut model: Model, extra: Vec<model::Policy>) -> Model {
+    for p in extra {
+        model.policies.insert(p.key(), p);
+    }
+    model
+}
+
+/// The model from lists of objects; unreadable policies are reported, not fatal.
+pub fn model_from(
+    policies: &[NetworkPolicy],
+    pods: &[Pod],
+    namespaces: &[Namespace],
+    nodes: &[Node],
+) -> (Model, Vec<String>) {
+    let mut m = Model::default();
+    let mut warnings = Vec::new();
+    for ns in namespaces {
+        if let Some((n, l)) = model::project_namespace(ns) {
+            m.namespaces.insert(n, l);
+        }
+    }
+    for p in pods {
+        if let Some((k, info)) = model::project_pod(p) {
+            m.pods.insert(k, info);
+        }
+    }
+    for n in nodes {
+        if let Some((k, ips)) = model::project_node(n) {
+            m.nodes.insert(k, ips);
+        }
+    }
+    for np in policies {
+        match model::project_policy(np) {
+            Ok(p) => {
+                m.policies.insert(p.key(), p);
+            }
+            Err(e) => warnings.push(format!("ignoring a NetworkPolicy: {e}")),
+        }
+    }
+    (m, warnings)
+}
+
+/// A kube client from a kubeconfig file (default: `$KUBECONFIG`, then in-cluster).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+async fn load(client: Client) -> Result<Model> {
+    let lp = ListParams::default();
+    let policies = Api::<NetworkPolicy>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing NetworkPolicies")?;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing Pods")?;
+    let namespaces = Api::<Namespace>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing Namespaces")?;
+    // Nodes are optional for the verdict (own-node traffic): a user without access still gets answers.
+    let nodes = Api::<Node>::all(client)
+        .list(&lp)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let (m, warnings) = model_from(&policies.items, &pods.items, &namespaces.items, &nodes);
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(m)
+}
+
+fn what_if(model: Model, file: Option<&std::path::Path>) -> Result<Model> {
+    match file {
+        None => Ok(model),
+        Some(f) => {
+            let text =
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            Ok(with_policies(model, parse_policies(&text)?))
+        }
+    }
+}
+
+/// Runs one `ferry netpol` command, printing to stdout.
+pub async fn run(args: NetpolArgs) -> Result<()> {
+    match args.command {
+        NetpolCommand::Explain {
+            from,
+            to,
+            what_if: file,
+        } => {
+            let m = what_if(
+                load(client(args.kubeconfig.as_deref()).await?).await?,
+                file.as_deref(),
+            )?;
+            print!("{}", explain_text(&m, &from, &to)?);
+        }
+        NetpolCommand::Matrix {
+            namespaces,
+            ports,
+            what_if: file,
+        } => {
+            let m = what_if(
+                load(client(args.kubeconfig.as_deref()).await?).await?,
+                file.as_deref(),
+            )?;
+            let ports = if ports.is_empty() {
+                vec![(80, Proto::Tcp)]
+            } else {
+                ports.iter().map(|p| parse_port(p)).collect::<Result<_>>()?
+            };
+            print!("{}", matrix_text(&m, &namespaces, &ports)?);
+        }
+        NetpolCommand::Log {
+            netns,
+            allowed,
+            prometheus,
+            node,
+        } => {
+            let target = Target { netns };
+            let json = tokio::task::spawn_blocking(move || target.list_json()).await??;
+            let Some(json) = json else {
+                bail!(
+                    "no {} table here: NetworkPolicy is not enforced in this network namespace",
+                    crate::render::TABLE
+                );
+            };
+            let rows = crate::log::counters(&json);
+            if prometheus {
+                print!("{}", crate::log::prometheus(&rows, &node));
+            } else {
+                print!("{}", crate::log::format(&rows, allowed));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::fixtures::e2e_model;
+
+    const WHAT_IF: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: default-deny-ingress
+  namespace: x
+spec:
+  podSelector: {}
+  policyTypes:
+  - Ingress
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: allow-b-81
+  namespace: x
+spec:
+  podSelector:
+    matchLabels:
+      pod: a
+  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          ns: "y"
+      podSelector:
+        matchLabels:
+          pod: b
+    ports:
+    - port: serve-81-tcp
+"#;
+
+    #[test]
+    fn ports_and_endpoints_parse() {
+        let m = e2e_model(1);
+        assert_eq!(parse_port("81/udp").unwrap(), (81, Proto::Udp));
+        assert_eq!(parse_port("80").unwrap(), (80, Proto::Tcp));
+        assert!(parse_port("0").is_err() && parse_port("80/icmp").is_err());
+        let (e, p) = parse_endpoint(&m, "x/a:81/SCTP").unwrap();
+        assert_eq!(e.pod, Some(PodKey::new("x", "a")));
+        assert_eq!(p, Some((81, Proto::Sctp)));
+        let (e, p) = parse_endpoint(&m, "10.0.1.2:80").unwrap();
+        assert_eq!(
+            e.pod,
+            Some(PodKey::new("y", "b")),
+            "a pod address is that pod"
+        );
+        assert_eq!(p, Some((80, Proto::Tcp)));
+        let (e, p) = parse_endpoint(&m, "[fd00::1]:53/UDP").unwrap();
+        assert_eq!(e.ip, Some("fd00::1".parse().unwrap()));
+        assert_eq!(p, Some((53, Proto::Udp)));
+        assert!(parse_endpoint(&m, "fd00::1").unwrap().1.is_none());
+        assert!(parse_endpoint(&m, "x/nope").is_err());
+    }
+
+    #[test]
+    fn explain_with_what_if() {
+        let m = with_policies(e2e_model(3), parse_policies(WHAT_IF).unwrap());
+        let t = explain_text(&m, "y/b", "x/a:81/TCP").unwrap();
+        assert_eq!(
+            t,
+            "egress of the source y/b (10.0.1.2): no policy with Egress selects it, not isolated: allowed\n\
+             ingress of the destination x/a (10.0.0.1): isolated by x/allow-b-81, x/default-deny-ingress; \
+             allowed by x/allow-b-81 ingress[0] (peer [0] namespaceSelector {ns=y} + podSelector {pod=b}, port [0] serve-81-tcp/TCP)\n\
+             verdict: y/b (10.0.1.2) → x/a (10.0.0.1) 81/TCP: ALLOWED\n"
+        );
+        let t = explain_text(&m, "y/c", "x/a:81").unwrap();
+        assert!(
+            t.ends_with("81/TCP: DENIED\n") && t.contains("no rule allows 81/TCP"),
+            "{t}"
+        );
+        // Without a port: every declared port of the destination (6 in the e2e model).
+        let t = explain_text(&m, "y/b", "x/a").unwrap();
+        assert_eq!(t.matches("verdict:").count(), 6);
+        assert_eq!(t.matches("ALLOWED").count(), 1, "{t}");
+    }
+
+    #[test]
+    fn matrix_prints_a_truth_table() {
+        let m = with_policies(e2e_model(3), parse_policies(WHAT_IF).unwrap());
+        let t = matrix_text(
+            &m,
+            &["x".into(), "y".into()],
+            &[(81, Proto::Tcp), (80, Proto::Udp)],
+        )
+        .unwrap();
+        let tables: Vec<&str> = t.split("\n\n").collect();
+        assert_eq!(tables.len(), 2);
+        let lines: Vec<&str> = tables[0].lines().collect();
+        assert_eq!(lines[0], "81/TCP\tx/a\tx/b\tx/c\ty/a\ty/b\ty/c");
+        // Column x/a: only y/b and x/a itself; x/b and x/c deny everyone but themselves.
+        assert_eq!(lines[1], "x/a   \t.\tX\tX\t.\t.\t.");
+        assert_eq!(lines[5], "y/b   \t.\tX\tX\t.\t.\t.");
+        assert_eq!(lines[6], "y/c   \tX\tX\tX\t.\t.\t.");
+        assert!(tables[1].starts_with("80/UDP"));
+        assert!(matrix_text(&m, &["nope".into()], &[(80, Proto::Tcp)]).is_err());
+    }
+
+    #[test]
+    fn what_if_needs_a_policy() {
+        assert!(parse_policies("apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n").is_err());
+        let list = r#"{"apiVersion": "v1", "kind": "List", "items": [{"kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": "x"}, "spec": {"podSelector": {}}}]}"#;
+        assert_eq!(parse_policies(list).unwrap().len(), 1);
+    }
+}
