@@ -1,6 +1,6 @@
 //! Ferry's Kubernetes-compatible API server: discovery, OpenAPI, CRUD, watch, patch, Tables,
 //! `Status` errors, bearer-token authentication over TLS, served from a watch cache in front of a
-//! [`ferry_store::Store`].
+//! [`ferry_store::Store`]. The work and memory of one request are bounded: see [`limits`].
 
 pub mod alloc;
 pub mod api;
@@ -8,6 +8,7 @@ pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod discovery;
+pub mod limits;
 pub mod managed;
 pub mod objects;
 pub mod patching;
@@ -16,6 +17,7 @@ pub mod podproxy;
 pub mod readyz;
 pub mod request;
 pub mod rv;
+pub mod secret;
 pub mod server;
 pub mod status;
 pub mod table;
@@ -100,7 +102,7 @@ pub async fn start(
     store: Arc<dyn Store>,
     shutdown: CancellationToken,
 ) -> Result<Running> {
-    std::fs::create_dir_all(&config.data_dir)
+    ferry_store::private_fs::ensure_private_dir(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
     let mut sans = config.extra_sans.clone();
     sans.push(config.listen.ip().to_string());

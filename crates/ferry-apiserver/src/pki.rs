@@ -34,15 +34,27 @@ pub struct Pki {
     pub kubelet_client_key_pem: String,
 }
 
+/// Writes a file only the owner can read, created `0600` (never briefly readable by others).
 fn write_private(path: &Path, contents: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600))?;
+    ferry_store::private_fs::write_private(path, contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Creates `dir` `0700`; tightens it, the directories under it (`0700`) and the files in them
+/// (`0600`: keys, tokens, certificates) when an older build left them readable by others.
+fn private_tree(dir: &Path) -> Result<()> {
+    use ferry_store::private_fs;
+    private_fs::ensure_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for entry in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            private_tree(&path)?;
+        } else {
+            private_fs::tighten_if_present(&path)
+                .with_context(|| format!("securing {}", path.display()))?;
+        }
     }
-    fs::rename(&tmp, path)?;
     Ok(())
 }
 
@@ -70,7 +82,7 @@ fn pki_dir(data_dir: &Path) -> PathBuf {
 /// re-issued when it does not cover `extra_sans`.
 pub fn load_or_create(data_dir: &Path, extra_sans: &[String]) -> Result<Pki> {
     let dir = pki_dir(data_dir);
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    private_tree(&dir)?;
     let ca_crt = dir.join("ca.crt");
     let ca_key = dir.join("ca.key");
     if !ca_crt.exists() || !ca_key.exists() {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -21,8 +21,6 @@ use crate::status::ApiError;
 use crate::{discovery, watch};
 
 pub type Body = BoxBody<Bytes, Infallible>;
-
-const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Everything a request handler needs.
 pub struct Server {
@@ -99,7 +97,7 @@ impl Server {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), token.as_bytes()))
+            .is_some_and(|t| crate::secret::token_eq(t.trim().as_bytes(), token.as_bytes()))
     }
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
@@ -272,15 +270,10 @@ impl Server {
             method,
             Method::POST | Method::PUT | Method::PATCH | Method::DELETE
         ) {
-            match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(_) => {
-                    return error_response(&ApiError::new(
-                        413,
-                        "RequestEntityTooLarge",
-                        "the request body is too large",
-                    ));
-                }
+            let declared = crate::body::content_length(req.headers());
+            match crate::body::read_limited(req.into_body(), declared).await {
+                Ok(b) => b,
+                Err(e) => return error_response(&e),
             }
         } else {
             Bytes::new()
@@ -372,13 +365,6 @@ fn delete_body(content_type: &str, body: &[u8]) -> Result<Option<Value>, ApiErro
         return Ok(None);
     }
     crate::body::decode(content_type, body).map(Some)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serves connections on `listener` until `shutdown` is cancelled.

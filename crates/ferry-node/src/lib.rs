@@ -205,8 +205,8 @@ pub async fn start(
             args.pod_network
         );
     }
-    tokio::fs::create_dir_all(&args.state_dir)
-        .await
+    // Pod logs, tokens and keys live here: owner only (0700), tightened if looser.
+    ferry_store::private_fs::ensure_private_dir(&args.state_dir)
         .with_context(|| format!("creating {}", args.state_dir.display()))?;
     let reaped = runtime::reap_stale(&args.state_dir);
     if reaped > 0 {

@@ -215,7 +215,9 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         // The loopback pod network puts pod, service and external addresses in 127.0.0.0/8.
         ferry_api::validation::allow_loopback_addresses(true);
     }
-    std::fs::create_dir_all(&a.data_dir)
+    // The data directory holds the store (every Secret), keys and tokens: owner only (0700),
+    // tightened with a warning if an existing one is looser.
+    ferry_store::private_fs::ensure_private_dir(&a.data_dir)
         .with_context(|| format!("creating {}", a.data_dir.display()))?;
     let store = open_store(&a).await?;
     let shutdown = CancellationToken::new();
