@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Ferry's tests need when it is missing: Debian etcd-server, kubernetes-client
 # (kubectl 1.20, unpacked privately when another kubectl owns /usr/bin/kubectl), nftables,
-# dnsutils, protobuf-compiler; PyPI kubernetes. Idempotent.
+# dnsutils, protobuf-compiler, containernetworking-plugins, iproute2, conntrack, curl; PyPI
+# kubernetes. Idempotent.
 set -euo pipefail
 TOOLS=${FERRY_TOOLS_DIR:-/var/tmp/ferry-tools}
 mkdir -p "$TOOLS"
@@ -14,6 +15,11 @@ command -v dig >/dev/null 2>&1 || need+=(dnsutils)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
+# The netns pod network: the reference CNI plugins, iproute2, nsenter (util-linux), conntrack.
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 updated=0
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}" >&2

@@ -135,6 +135,15 @@ pub fn pick_container(pod: &Value, asked: Option<&str>) -> Result<String, ApiErr
 
 /// `host:port` of the agent of `node`.
 pub fn agent_address(node: &Value) -> Option<String> {
+    // An agent whose node lives in a network namespace the API server cannot reach (ferry up's
+    // netns pod network) names where its endpoint really listens.
+    if let Some(ep) = node
+        .pointer("/metadata/annotations/ferry.dev~1agent-endpoint")
+        .and_then(Value::as_str)
+        .filter(|e| e.parse::<std::net::SocketAddr>().is_ok())
+    {
+        return Some(ep.to_string());
+    }
     let port = node
         .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
         .and_then(Value::as_u64)?;

@@ -168,7 +168,10 @@ pub async fn builtin_main(args: Vec<String>) -> anyhow::Result<()> {
     }
     let o = std::sync::Arc::new(o);
     let mut tasks = tokio::task::JoinSet::new();
-    let addr = format!("{}:{}", o.ip, o.port);
+    let addr = match o.ip.parse::<std::net::IpAddr>() {
+        Ok(ip) => std::net::SocketAddr::new(ip, o.port).to_string(),
+        Err(_) => format!("{}:{}", o.ip, o.port),
+    };
     if o.udp {
         let sock = tokio::net::UdpSocket::bind(&addr).await?;
         let o = o.clone();

@@ -4,11 +4,14 @@
 //! Pure cores: [`dns`] (resolv.conf, hosts, hostname), [`envvars`] (service variables,
 //! downward API), [`podstate`] (phase, conditions, back-off, probes), [`network`] (pod IPs),
 //! [`images`] (built-in images). IO: [`runtime`] (processes), [`node`] (registration),
+//! [`cni`] (a CNI runtime), [`netns`] (network namespaces, the cluster network of `ferry up`),
 //! [`server`] (the endpoint the API server proxies `pods/log` and `pods/exec` to).
 
+pub mod cni;
 pub mod dns;
 pub mod envvars;
 pub mod images;
+pub mod netns;
 pub mod network;
 pub mod node;
 pub mod podstate;
@@ -44,17 +47,51 @@ pub struct AgentArgs {
     /// `topology.kubernetes.io/region` label.
     #[arg(long)]
     pub region: Option<String>,
-    /// The node's InternalIP (also where the agent endpoint listens).
+    /// The node's InternalIP (also where the agent endpoint listens unless
+    /// `--endpoint-address` says otherwise).
     #[arg(long, default_value = "127.0.0.1")]
     pub node_ip: IpAddr,
+    /// More InternalIPs of the node (repeatable or comma-separated), e.g. its IPv6 address on a
+    /// dual-stack node.
+    #[arg(long = "secondary-node-ip", value_delimiter = ',')]
+    pub secondary_node_ip: Vec<IpAddr>,
+    /// Where the agent endpoint listens when not on the node IP (e.g. the node lives in a
+    /// network namespace the API server cannot reach): the Node then carries the annotation
+    /// `ferry.dev/agent-endpoint` with this address and the endpoint's port.
+    #[arg(long)]
+    pub endpoint_address: Option<IpAddr>,
     /// Cluster DNS server address(es) for ClusterFirst pods (repeatable).
     #[arg(long = "cluster-dns")]
     pub cluster_dns: Vec<String>,
     #[arg(long, default_value = "cluster.local")]
     pub cluster_domain: String,
-    /// Pod network mode: `loopback` (pod IPs inside 127.0.0.0/8, nothing configured).
-    #[arg(long, default_value = "loopback")]
+    /// Pod network mode: `loopback` (pod IPs inside 127.0.0.0/8, nothing configured) or
+    /// `netns` (as root: a network namespace per pod, wired by CNI plugins).
+    #[arg(long, default_value = "loopback", value_parser = ["loopback", "netns"])]
     pub pod_network: String,
+    /// netns mode: the CNI network configuration directory (the first `*.conflist`/`*.conf`
+    /// in lexical order is used). Default: a `bridge` + `host-local` + `portmap` network
+    /// rendered from the node's pod CIDRs into `<state dir>/cni/net.d`.
+    #[arg(long)]
+    pub cni_conf_dir: Option<PathBuf>,
+    /// netns mode: where CNI plugin executables are (comma-separated; `CNI_PATH`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "/usr/lib/cni,/opt/cni/bin"
+    )]
+    pub cni_bin_dir: Vec<PathBuf>,
+    /// netns mode: the node's network namespace (a path such as /run/netns/NAME): CNI plugins
+    /// and hostNetwork pods run there, probes connect from there. Default: the agent's own.
+    #[arg(long)]
+    pub node_netns: Option<PathBuf>,
+    /// netns mode: a namespace (name under /run/netns) holding routes between nodes; the
+    /// agent routes its pod CIDRs there via its node IPs.
+    #[arg(long)]
+    pub cluster_netns: Option<String>,
+    /// netns mode: pod namespaces are named `<prefix><pod uid>` under /run/netns.
+    #[arg(long, default_value = "ferry-pod-")]
+    pub pod_netns_prefix: String,
     /// Pod CIDR used when the Node has no `spec.podCIDR` (no node IPAM controller).
     #[arg(long, default_value = network::DEFAULT_LOOPBACK_POD_CIDR)]
     pub pod_cidr: ipnet::IpNet,
@@ -199,12 +236,12 @@ pub async fn start(
             "builtin-image".into(),
         ],
     };
-    if args.pod_network != "loopback" {
-        anyhow::bail!(
-            "pod network {:?} is not supported (only loopback)",
-            args.pod_network
-        );
+    let netns_mode = args.pod_network == "netns";
+    if netns_mode && !root {
+        anyhow::bail!("the netns pod network needs root (use --pod-network loopback)");
     }
+    let mut node_ips = vec![args.node_ip];
+    node_ips.extend(args.secondary_node_ip.iter().copied());
     // Pod logs, tokens and keys live here: owner only (0700), tightened if looser.
     ferry_store::private_fs::ensure_private_dir(&args.state_dir)
         .with_context(|| format!("creating {}", args.state_dir.display()))?;
@@ -223,15 +260,24 @@ pub async fn start(
         authorized_users: args.authorized_users.clone(),
         authorized_groups: args.authorized_groups.clone(),
         self_signed_dir: args.state_dir.join("pki"),
-        self_signed_sans: vec![node_name.clone(), args.node_ip.to_string()],
+        self_signed_sans: std::iter::once(node_name.clone())
+            .chain(node_ips.iter().map(|i| i.to_string()))
+            .chain(args.endpoint_address.map(|i| i.to_string()))
+            .collect(),
     })?;
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(args.node_ip, args.port))
+    let bind_ip = args.endpoint_address.unwrap_or(node_ips[0]);
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(bind_ip, args.port))
         .await
-        .with_context(|| format!("agent endpoint on {}:{}", args.node_ip, args.port))?;
+        .with_context(|| format!("agent endpoint on {bind_ip}:{}", args.port))?;
     let endpoint = listener.local_addr()?;
+    let mut annotations = Vec::new();
+    if args.endpoint_address.is_some() {
+        annotations.push(("ferry.dev/agent-endpoint".to_string(), endpoint.to_string()));
+    }
     let facts = node::NodeFacts {
         name: node_name.clone(),
-        ips: vec![args.node_ip],
+        ips: node_ips.clone(),
+        annotations,
         zone: args.zone.clone(),
         region: args.region.clone(),
         port: endpoint.port(),
@@ -251,6 +297,23 @@ pub async fn start(
             .and_then(|s| s.pod_cidr.as_deref())
             .and_then(|c| c.parse().ok())
     };
+    let all_assigned = |n: &k8s_openapi::api::core::v1::Node| -> Vec<ipnet::IpNet> {
+        let spec = n.spec.as_ref();
+        let mut v: Vec<ipnet::IpNet> = spec
+            .and_then(|s| s.pod_cidrs.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        if v.is_empty()
+            && let Some(c) = spec
+                .and_then(|s| s.pod_cidr.as_deref())
+                .and_then(|c| c.parse().ok())
+        {
+            v.push(c);
+        }
+        v
+    };
     if args.wait_for_pod_cidr {
         // NotReady until node IPAM gives this node its pod CIDR (as kubelet with a CNI does).
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -267,13 +330,20 @@ pub async fn start(
         node_obj = node::register(&client, &facts).await?;
     }
     let pod_cidr = assigned(&node_obj).unwrap_or(args.pod_cidr);
-    let network: Arc<dyn network::PodNetwork> =
-        Arc::new(network::Loopback::new(pod_cidr).map_err(anyhow::Error::msg)?);
+    let network: Arc<dyn network::PodNetwork> = if netns_mode {
+        let mut cidrs = all_assigned(&node_obj);
+        if cidrs.is_empty() {
+            cidrs.push(args.pod_cidr);
+        }
+        Arc::new(netns_network(&args, &node_name, &node_ips, &cidrs)?)
+    } else {
+        Arc::new(network::Loopback::new(pod_cidr).map_err(anyhow::Error::msg)?)
+    };
     let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     let rt = Arc::new(runtime::Runtime {
         client: client.clone(),
         node_name: node_name.clone(),
-        node_ips: vec![args.node_ip],
+        node_ips: node_ips.clone(),
         network,
         cluster_dns: dns::ClusterDns {
             servers: args.cluster_dns.clone(),
@@ -282,6 +352,7 @@ pub async fn start(
         },
         state_dir: args.state_dir.clone(),
         isolate,
+        node_netns: args.node_netns.clone().filter(|_| netns_mode),
         builtin,
         backoff: podstate::Backoff {
             base: Duration::from_secs(args.restart_backoff_seconds.max(1)),
@@ -306,7 +377,8 @@ pub async fn start(
         stop.clone(),
     ));
     tracing::info!(
-        "agent {node_name}: endpoint {endpoint}, pod CIDR {pod_cidr}, isolation {}",
+        "agent {node_name}: endpoint {endpoint}, pod network {}, pod CIDR {pod_cidr}, isolation {}",
+        rt.network.name(),
         if isolate {
             "mount+uts namespaces"
         } else {
@@ -375,6 +447,74 @@ pub async fn start(
         },
         done,
     ))
+}
+
+/// The netns pod network of a node: the CNI configuration (given, or the default one rendered
+/// from the pod CIDRs), pod CIDR routes in the cluster namespace, and a clean-up of whatever
+/// a previous agent left attached (DEL from the result cache).
+fn netns_network(
+    args: &AgentArgs,
+    node_name: &str,
+    node_ips: &[IpAddr],
+    cidrs: &[ipnet::IpNet],
+) -> Result<network::NetNs> {
+    let cni_dir = args.state_dir.join("cni");
+    let conf = match args
+        .cni_conf_dir
+        .as_deref()
+        .map(cni::ConfList::load_dir)
+        .transpose()?
+        .flatten()
+    {
+        Some((file, c)) => {
+            tracing::info!(
+                "agent {node_name}: CNI network {:?} from {}",
+                c.name,
+                file.display()
+            );
+            c
+        }
+        None => {
+            if let Some(d) = &args.cni_conf_dir {
+                tracing::warn!(
+                    "agent {node_name}: no CNI configuration in {}; using the default bridge network",
+                    d.display()
+                );
+            }
+            let c = cni::default_conflist("ferry", cidrs, &cni_dir.join("ipam"));
+            let dir = cni_dir.join("net.d");
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(
+                dir.join("10-ferry.conflist"),
+                serde_json::to_string_pretty(&c.to_json())?,
+            )?;
+            c
+        }
+    };
+    let net = network::NetNs {
+        cni: cni::Cni {
+            bin_dirs: args.cni_bin_dir.clone(),
+            exec_netns: args.node_netns.clone(),
+            cache_dir: cni_dir.join("results"),
+        },
+        conf,
+        netns_prefix: args.pod_netns_prefix.clone(),
+    };
+    let cleaned = net.gc();
+    if cleaned > 0 {
+        tracing::warn!("agent {node_name}: removed {cleaned} pod network(s) a previous agent left");
+    }
+    if let Some(cluster) = &args.cluster_netns {
+        let mut script = String::new();
+        for c in cidrs {
+            if let Some(via) = node_ips.iter().find(|i| i.is_ipv4() == c.addr().is_ipv4()) {
+                script += &format!("route replace {} via {via}\n", c.trunc());
+            }
+        }
+        netns::ip_batch(Some(cluster), &script)
+            .with_context(|| format!("routing pod CIDRs in {cluster}"))?;
+    }
+    Ok(net)
 }
 
 /// A kube client from the kubeconfig flag.

@@ -2,10 +2,12 @@
 //! loopback mode: a pod gets an address from its node's pod CIDR, and because `ferry up`'s
 //! defaults put pod and service ranges inside 127.0.0.0/8 (pods `127.100.0.0/16`, one /24 per
 //! node; services `127.96.0.0/16`), every such address is already local on Linux and nothing
-//! on the machine's network changes. A network-namespace mode implements the same trait.
+//! on the machine's network changes. [`NetNs`] is the network-namespace mode: a namespace per
+//! pod wired by CNI plugins.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use ipnet::IpNet;
@@ -111,15 +113,29 @@ pub struct PodAddresses {
     pub ips: Vec<IpAddr>,
 }
 
+/// The pod a network is set up for.
+#[derive(Debug, Clone, Default)]
+pub struct PodRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// `hostPort` mappings (the CNI `portMappings` capability).
+    pub port_mappings: Vec<serde_json::Value>,
+}
+
 /// A pod network mode.
 pub trait PodNetwork: Send + Sync {
-    /// Gives the pod (by uid) its addresses; idempotent for a uid already set up.
-    fn setup(&self, uid: &str, wanted: Option<IpAddr>) -> Result<PodAddresses, String>;
+    /// Gives the pod its addresses; idempotent for a pod already set up.
+    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, String>;
     /// Frees what `setup` took.
     fn teardown(&self, uid: &str);
     /// A command prefix that runs a process inside the pod's network (empty: host network).
     fn enter_prefix(&self, _uid: &str) -> Vec<String> {
         Vec::new()
+    }
+    /// The pod's network namespace, when it has its own.
+    fn netns_path(&self, _uid: &str) -> Option<PathBuf> {
+        None
     }
     fn name(&self) -> &'static str;
 }
@@ -146,7 +162,8 @@ impl Loopback {
 }
 
 impl PodNetwork for Loopback {
-    fn setup(&self, uid: &str, wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+        let uid = pod.uid.as_str();
         let mut g = self.inner.lock().map_err(|_| "poisoned".to_string())?;
         if let Some(ip) = g.1.get(uid) {
             return Ok(PodAddresses { ips: vec![*ip] });
@@ -172,6 +189,177 @@ impl PodNetwork for Loopback {
 
     fn name(&self) -> &'static str {
         "loopback"
+    }
+}
+
+/// Network-namespace mode: each pod gets a namespace `<prefix><uid>` under /run/netns with
+/// `lo` (the CNI `loopback` plugin) and `eth0` from the configured CNI network (by default the
+/// reference `bridge` + `host-local` + `portmap` plugins, run inside the node namespace).
+pub struct NetNs {
+    pub cni: crate::cni::Cni,
+    pub conf: crate::cni::ConfList,
+    /// Pod namespaces are named `<netns_prefix><pod uid>`.
+    pub netns_prefix: String,
+}
+
+fn loopback_conf() -> crate::cni::ConfList {
+    crate::cni::ConfList {
+        cni_version: "1.0.0".into(),
+        name: "cni-loopback".into(),
+        disable_check: false,
+        plugins: vec![serde_json::json!({"type": "loopback"})],
+    }
+}
+
+impl NetNs {
+    pub fn netns_name(&self, uid: &str) -> String {
+        format!("{}{uid}", self.netns_prefix)
+    }
+
+    fn attachment(&self, pod: &PodRef, ifname: &str) -> crate::cni::Attachment {
+        let mut caps = std::collections::BTreeMap::new();
+        if !pod.port_mappings.is_empty() {
+            caps.insert(
+                "portMappings".to_string(),
+                serde_json::Value::Array(pod.port_mappings.clone()),
+            );
+        }
+        crate::cni::Attachment {
+            container_id: pod.uid.clone(),
+            netns: crate::netns::path(&self.netns_name(&pod.uid)),
+            ifname: ifname.into(),
+            args: vec![
+                ("K8S_POD_NAMESPACE".into(), pod.namespace.clone()),
+                ("K8S_POD_NAME".into(), pod.name.clone()),
+                ("K8S_POD_INFRA_CONTAINER_ID".into(), pod.uid.clone()),
+                ("K8S_POD_UID".into(), pod.uid.clone()),
+            ],
+            capability_args: caps,
+        }
+    }
+
+    /// Tears down what the cache says is attached (e.g. after the agent was killed): every
+    /// cached attachment gets its DEL and its namespace is removed. Returns how many.
+    pub fn gc(&self) -> usize {
+        let entries = self.cni.cached();
+        let mut n = 0;
+        for e in &entries {
+            if let Ok(list) = crate::cni::ConfList::parse(&e.config.to_string())
+                && let Err(err) = self.cni.del(&list, &e.attachment)
+            {
+                tracing::warn!("CNI DEL of {}: {err}", e.attachment.container_id);
+            }
+            if e.attachment.ifname == "eth0" {
+                n += 1;
+            }
+            crate::netns::delete(&self.netns_name(&e.attachment.container_id));
+        }
+        // Namespaces without a cache entry (killed between creation and ADD).
+        for name in crate::netns::list_with_prefix(&self.netns_prefix) {
+            crate::netns::delete(&name);
+        }
+        n
+    }
+}
+
+impl PodNetwork for NetNs {
+    fn setup(&self, pod: &PodRef, _wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+        let name = self.netns_name(&pod.uid);
+        let att = self.attachment(pod, "eth0");
+        if crate::netns::exists(&name)
+            && let Some(c) = self.cni.read_cache(&self.conf.name, &pod.uid, "eth0")
+        {
+            let ips = crate::cni::pod_ips(&c.result);
+            if !ips.is_empty() {
+                return Ok(PodAddresses { ips });
+            }
+        }
+        crate::netns::create(&name).map_err(|e| format!("creating network namespace: {e}"))?;
+        // No duplicate address detection inside the pod: its addresses are unique by IPAM,
+        // and DAD would hold IPv6 back for a second or two.
+        let p = crate::netns::path(&name);
+        for key in [
+            "net/ipv6/conf/default/accept_dad",
+            "net/ipv6/conf/all/accept_dad",
+        ] {
+            let _ = crate::netns::sysctl(Some(&p), key, "0");
+        }
+        let lo_att = self.attachment(pod, "lo");
+        let result = self
+            .cni
+            .add(&loopback_conf(), &lo_att)
+            .and_then(|_| self.cni.add(&self.conf, &att));
+        match result {
+            Ok(r) => {
+                let ips = crate::cni::pod_ips(&r);
+                if ips.is_empty() {
+                    self.teardown(&pod.uid);
+                    return Err(format!(
+                        "network {} gave pod {} no address",
+                        self.conf.name, pod.uid
+                    ));
+                }
+                Ok(PodAddresses { ips })
+            }
+            Err(e) => {
+                // Nothing half-made stays: DEL (releases addresses) and remove the namespace.
+                let _ = self.cni.del(&self.conf, &att);
+                let _ = self.cni.del(&loopback_conf(), &lo_att);
+                crate::netns::delete(&name);
+                Err(format!(
+                    "failed to setup network for sandbox {}: {e}",
+                    pod.uid
+                ))
+            }
+        }
+    }
+
+    fn teardown(&self, uid: &str) {
+        let cached = self.cni.read_cache(&self.conf.name, uid, "eth0");
+        let (list, att) = match cached {
+            Some(c) => (
+                crate::cni::ConfList::parse(&c.config.to_string()).unwrap_or(self.conf.clone()),
+                c.attachment,
+            ),
+            None => (
+                self.conf.clone(),
+                self.attachment(
+                    &PodRef {
+                        uid: uid.to_string(),
+                        ..Default::default()
+                    },
+                    "eth0",
+                ),
+            ),
+        };
+        if let Err(e) = self.cni.del(&list, &att) {
+            tracing::warn!("CNI DEL for pod {uid}: {e}");
+        }
+        let lo = crate::cni::Attachment {
+            ifname: "lo".into(),
+            ..att
+        };
+        let _ = self.cni.del(&loopback_conf(), &lo);
+        crate::netns::delete(&self.netns_name(uid));
+    }
+
+    fn enter_prefix(&self, uid: &str) -> Vec<String> {
+        vec![
+            "nsenter".into(),
+            format!(
+                "--net={}",
+                crate::netns::path(&self.netns_name(uid)).display()
+            ),
+            "--".into(),
+        ]
+    }
+
+    fn netns_path(&self, uid: &str) -> Option<PathBuf> {
+        Some(crate::netns::path(&self.netns_name(uid)))
+    }
+
+    fn name(&self) -> &'static str {
+        "netns"
     }
 }
 
@@ -216,15 +404,19 @@ mod tests {
     fn loopback_mode() {
         assert!(Loopback::new("10.0.0.0/24".parse().expect("cidr")).is_err());
         let l = Loopback::new("127.100.0.0/24".parse().expect("cidr")).expect("lo");
-        let a = l.setup("u1", None).expect("a");
-        assert_eq!(l.setup("u1", None).expect("again"), a);
-        let b = l.setup("u2", Some(ip("127.100.0.9"))).expect("b");
+        let pod = |uid: &str| PodRef {
+            uid: uid.into(),
+            ..Default::default()
+        };
+        let a = l.setup(&pod("u1"), None).expect("a");
+        assert_eq!(l.setup(&pod("u1"), None).expect("again"), a);
+        let b = l.setup(&pod("u2"), Some(ip("127.100.0.9"))).expect("b");
         assert_eq!(b.ips, vec![ip("127.100.0.9")]);
         // A wanted address already taken: a fresh one.
-        let c = l.setup("u3", Some(ip("127.100.0.9"))).expect("c");
+        let c = l.setup(&pod("u3"), Some(ip("127.100.0.9"))).expect("c");
         assert_ne!(c.ips, b.ips);
         l.teardown("u2");
-        assert!(l.setup("u4", Some(ip("127.100.0.9"))).is_ok());
+        assert!(l.setup(&pod("u4"), Some(ip("127.100.0.9"))).is_ok());
     }
 
     proptest! {

@@ -21,6 +21,8 @@ pub struct NodeFacts {
     pub memory_bytes: u64,
     pub max_pods: u32,
     pub labels: Vec<(String, String)>,
+    /// Annotations set on the Node (e.g. `ferry.dev/agent-endpoint`).
+    pub annotations: Vec<(String, String)>,
     /// The pod network is configured (the node has its pod CIDR); the node is NotReady until then.
     pub network_ready: bool,
 }
@@ -146,16 +148,21 @@ pub fn node_status(f: &NodeFacts, transition: &str) -> Value {
 pub async fn register(client: &kube::Client, f: &NodeFacts) -> anyhow::Result<Node> {
     let nodes: Api<Node> = Api::all(client.clone());
     let transition = now();
+    let mut annotations = serde_json::Map::new();
+    annotations.insert("node.alpha.kubernetes.io/ttl".into(), json!("0"));
+    for (k, v) in &f.annotations {
+        annotations.insert(k.clone(), json!(v));
+    }
     let node: Node = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": f.name, "labels": node_labels(f),
-            "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "annotations": annotations},
         "spec": {},
     }))?;
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            let patch = json!({"metadata": {"labels": node_labels(f)}});
+            let patch = json!({"metadata": {"labels": node_labels(f), "annotations": annotations}});
             nodes
                 .patch(&f.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
@@ -250,6 +257,7 @@ mod tests {
             memory_bytes: 8 * 1024 * 1024 * 1024,
             max_pods: 110,
             labels: vec![("role".into(), "x".into())],
+            annotations: vec![],
             network_ready: true,
         };
         let l = node_labels(&f);
@@ -285,6 +293,7 @@ mod tests {
             memory_bytes: 1024,
             max_pods: 110,
             labels: vec![],
+            annotations: vec![],
             network_ready: false,
         };
         let s = node_status(&f, "2026-01-01T00:00:00Z");

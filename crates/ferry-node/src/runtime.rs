@@ -31,6 +31,9 @@ pub struct Runtime {
     pub state_dir: PathBuf,
     /// Give each pod its own mount + UTS namespace (root and `unshare` available).
     pub isolate: bool,
+    /// The node's network namespace (netns mode under `ferry up`): where hostNetwork pods run
+    /// and probes connect from. `None`: the agent's own.
+    pub node_netns: Option<PathBuf>,
     /// argv prefix of the built-in image program.
     pub builtin: Vec<String>,
     pub backoff: Backoff,
@@ -54,6 +57,8 @@ pub struct PodShared {
     pub name: String,
     pub uid: String,
     pub isolated: bool,
+    /// The pod's processes run in a network namespace other than the agent's.
+    pub netns: std::sync::atomic::AtomicBool,
     pub containers: Mutex<BTreeMap<String, ContainerInfo>>,
 }
 
@@ -98,6 +103,7 @@ impl Runtime {
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: uid.clone(),
             isolated: self.isolate,
+            netns: Default::default(),
             containers: Mutex::new(BTreeMap::new()),
         });
         let (tx, rx) = watch::channel(pod);
@@ -339,6 +345,9 @@ struct Ctx {
     rt: Arc<Runtime>,
     pod: Pod,
     ip: IpAddr,
+    pod_ips: Vec<String>,
+    /// Command prefix entering the pod's network namespace (empty: the agent's).
+    enter: Vec<String>,
     hostname: String,
     dirs: Arc<PodDirs>,
     shared: Arc<PodShared>,
@@ -394,26 +403,84 @@ async fn pod_worker(
             return Ok(());
         }
     };
+    // A hostNetwork pod has the node's hostname.
+    let hostname = if spec.host_network.unwrap_or(false) {
+        rt.node_name.clone()
+    } else {
+        hostname
+    };
     let wanted = pod
         .status
         .as_ref()
         .and_then(|s| s.pod_ip.as_deref())
         .and_then(|s| s.parse().ok());
-    let addrs = match rt.network.setup(&uid, wanted) {
-        Ok(a) => a,
-        Err(e) => {
-            rt.event(
-                &pod,
-                "Warning",
-                "FailedCreatePodSandBox",
-                &format!("Failed to create pod sandbox: {e}"),
-            )
-            .await;
-            wait_deletion(&mut rx, &gone).await;
-            finish(&rt, &pods, &name, &uid, &dirs).await;
-            return Ok(());
-        }
+    let host_network = spec.host_network.unwrap_or(false);
+    let (addrs, enter) = if host_network {
+        // The node's network: its addresses, and (netns mode) its namespace.
+        let enter = match &rt.node_netns {
+            Some(p) => vec![
+                "nsenter".to_string(),
+                format!("--net={}", p.display()),
+                "--".to_string(),
+            ],
+            None => Vec::new(),
+        };
+        (
+            crate::network::PodAddresses {
+                ips: rt.node_ips.clone(),
+            },
+            enter,
+        )
+    } else {
+        let podref = crate::network::PodRef {
+            uid: uid.clone(),
+            namespace: ns.clone(),
+            name: name.clone(),
+            port_mappings: port_mappings(&spec),
+        };
+        let mut attempt: u32 = 0;
+        let addrs = loop {
+            let net = rt.network.clone();
+            let pr = podref.clone();
+            let r = tokio::task::spawn_blocking(move || net.setup(&pr, wanted))
+                .await
+                .unwrap_or_else(|e| Err(format!("network set-up task: {e}")));
+            match r {
+                Ok(a) => break a,
+                Err(e) => {
+                    // As kubelet: the sandbox is retried with back-off, each failure an Event;
+                    // the pod stays Pending (ContainerCreating) meanwhile.
+                    rt.event(
+                        &pod,
+                        "Warning",
+                        "FailedCreatePodSandBox",
+                        &format!("Failed to create pod sandbox: {e}"),
+                    )
+                    .await;
+                    if attempt == 0 {
+                        status.push(&pods, &name, false, false).await;
+                    }
+                    let delay = Duration::from_secs((1u64 << attempt.min(5)).min(30));
+                    attempt += 1;
+                    let deleted = tokio::select! {
+                        _ = tokio::time::sleep(delay) => false,
+                        _ = gone.cancelled() => true,
+                        r = rx.changed() => r.is_err() || rx.borrow_and_update().metadata.deletion_timestamp.is_some(),
+                    };
+                    if deleted {
+                        wait_deletion(&mut rx, &gone).await;
+                        finish(&rt, &pods, &name, &uid, &dirs).await;
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let enter = rt.network.enter_prefix(&uid);
+        (addrs, enter)
     };
+    shared
+        .netns
+        .store(!enter.is_empty(), std::sync::atomic::Ordering::SeqCst);
     let ip = addrs
         .ips
         .first()
@@ -442,6 +509,8 @@ async fn pod_worker(
         rt: rt.clone(),
         pod: pod.clone(),
         ip,
+        pod_ips: status.pod_ips.clone(),
+        enter,
         hostname,
         dirs: dirs.clone(),
         shared: shared.clone(),
@@ -607,8 +676,13 @@ async fn wait_deletion(rx: &mut watch::Receiver<Pod>, gone: &CancellationToken) 
 
 /// Deletes the pod object for good (grace 0, same uid) and frees its address and files.
 async fn finish(rt: &Arc<Runtime>, pods: &Api<Pod>, name: &str, uid: &str, dirs: &PodDirs) {
+    let teardown = |rt: &Arc<Runtime>| {
+        let net = rt.network.clone();
+        let uid = uid.to_string();
+        tokio::task::spawn_blocking(move || net.teardown(&uid))
+    };
     if rt.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
-        rt.network.teardown(uid);
+        let _ = teardown(rt).await;
         return;
     }
     let dp = DeleteParams {
@@ -624,7 +698,7 @@ async fn finish(rt: &Arc<Runtime>, pods: &Api<Pod>, name: &str, uid: &str, dirs:
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
         Err(e) => tracing::warn!("deleting pod {name}: {e}"),
     }
-    rt.network.teardown(uid);
+    let _ = teardown(rt).await;
     let _ = tokio::fs::remove_dir_all(&dirs.root).await;
 }
 
@@ -882,7 +956,7 @@ async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (String, String)>
     let src = env_source(&ctx.rt.client, ns, c).await;
     let svc = service_vars(&ctx.rt.client, &ctx.pod).await;
     let facts = PodFacts {
-        pod_ips: vec![ctx.ip.to_string()],
+        pod_ips: ctx.pod_ips.clone(),
         host_ips: ctx.rt.node_ips.iter().map(|i| i.to_string()).collect(),
     };
     let mut env = envvars::container_env(&ctx.pod, c, &facts, &svc, &src)
@@ -898,7 +972,21 @@ async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (String, String)>
     let command = envvars::expand_args(&c.command.clone().unwrap_or_default(), &env);
     let args = envvars::expand_args(&c.args.clone().unwrap_or_default(), &env);
     let image = c.image.clone().unwrap_or_default();
-    let argv = match images::launch(&image, &command, &args, ctx.ip, &ctx.hostname)? {
+    // In its own network namespace a built-in server listens on every address of the pod
+    // (both families); otherwise on the pod IP.
+    let own_netns = !ctx.enter.is_empty()
+        && !ctx
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+    let bind_ip = if own_netns {
+        IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+    } else {
+        ctx.ip
+    };
+    let argv = match images::launch(&image, &command, &args, bind_ip, &ctx.hostname)? {
         Launch::Builtin(a) => {
             let mut v = ctx.rt.builtin.clone();
             v.extend(a);
@@ -917,10 +1005,13 @@ async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (String, String)>
 /// namespace with the pod's resolv.conf and hosts bind-mounted and its hostname set.
 fn wrap(ctx: &Ctx, argv: &[String]) -> Vec<String> {
     if !ctx.shared.isolated {
-        return argv.to_vec();
+        let mut v = ctx.enter.clone();
+        v.extend(argv.iter().cloned());
+        return v;
     }
     let script = "mount --bind \"$1\" /etc/resolv.conf && mount --bind \"$2\" /etc/hosts && hostname \"$3\" && shift 3 && exec \"$@\"";
-    let mut v: Vec<String> = vec![
+    let mut v: Vec<String> = ctx.enter.clone();
+    v.extend([
         "unshare".into(),
         "--mount".into(),
         "--uts".into(),
@@ -936,7 +1027,7 @@ fn wrap(ctx: &Ctx, argv: &[String]) -> Vec<String> {
         ctx.dirs.resolv().display().to_string(),
         ctx.dirs.hosts().display().to_string(),
         ctx.hostname.clone(),
-    ];
+    ]);
     v.extend(argv.iter().cloned());
     v
 }
@@ -1322,6 +1413,42 @@ async fn terminate(child: &mut tokio::process::Child, grace: Duration) -> (i32, 
     }
 }
 
+/// Connects for a probe from the node's network (as kubelet probes from the host).
+async fn probe_connect(
+    ctx: &Ctx,
+    addr: &str,
+    timeout: Duration,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let sa = match addr.parse::<std::net::SocketAddr>() {
+        Ok(a) => a,
+        Err(_) => tokio::net::lookup_host(addr)
+            .await?
+            .next()
+            .ok_or_else(|| std::io::Error::other(format!("no address for {addr}")))?,
+    };
+    crate::netns::connect_in(ctx.rt.node_netns.as_deref(), sa, timeout).await
+}
+
+/// The `hostPort` mappings of a pod's containers (CNI `portMappings`).
+fn port_mappings(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<Value> {
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let host = p.host_port.filter(|h| *h > 0)?;
+            let mut m = json!({
+                "hostPort": host,
+                "containerPort": p.container_port,
+                "protocol": p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+            });
+            if let Some(ip) = p.host_ip.as_deref().filter(|i| !i.is_empty()) {
+                m["hostIP"] = json!(ip);
+            }
+            Some(m)
+        })
+        .collect()
+}
+
 fn probe_params(p: &Probe) -> (Duration, Duration, Duration, i32, i32) {
     (
         Duration::from_secs(p.initial_delay_seconds.unwrap_or(0).max(0) as u64),
@@ -1470,7 +1597,7 @@ async fn run_probe(
             format!("{host}:{port}")
         };
         let fut = async {
-            let mut s = tokio::net::TcpStream::connect(&addr).await?;
+            let mut s = probe_connect(ctx, &addr, timeout).await?;
             let mut req = format!(
                 "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.32\r\nAccept: */*\r\nConnection: close\r\n"
             );
@@ -1519,7 +1646,7 @@ async fn run_probe(
         } else {
             format!("{host}:{port}")
         };
-        return match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
+        return match tokio::time::timeout(timeout, probe_connect(ctx, &addr, timeout)).await {
             Ok(Ok(_)) => (ProbeResult::Success, String::new()),
             Ok(Err(e)) => fail(format!("dial tcp {addr}: {e}")),
             Err(_) => fail(format!("dial tcp {addr}: i/o timeout")),
@@ -1565,16 +1692,18 @@ pub fn exec_command(
     cmd: &[String],
 ) -> Result<tokio::process::Command, String> {
     let (first, rest) = cmd.split_first().ok_or("no command given")?;
-    let mut c = if shared.isolated {
+    let netns = shared.netns.load(std::sync::atomic::Ordering::SeqCst);
+    let mut c = if shared.isolated || netns {
         let pid = info.pid.ok_or("container is not running")?;
         let mut c = tokio::process::Command::new("nsenter");
-        c.arg("-t")
-            .arg(pid.to_string())
-            .arg("-m")
-            .arg("-u")
-            .arg("--")
-            .arg(first)
-            .args(rest);
+        c.arg("-t").arg(pid.to_string());
+        if shared.isolated {
+            c.arg("-m").arg("-u");
+        }
+        if netns {
+            c.arg("-n");
+        }
+        c.arg("--").arg(first).args(rest);
         c
     } else {
         let mut c = tokio::process::Command::new(first);

@@ -36,10 +36,24 @@ enum Command {
     Agent(ferry_node::AgentArgs),
     /// Run the service proxy.
     Proxy(ferry_proxy::ProxyArgs),
-    /// Run the Ingress controller and its HTTP/HTTPS proxy.
-    Ingress(ferry_ingress::IngressArgs),
     /// NetworkPolicy tools: explain a connection, print a reachability matrix, read the verdict log.
     Netpol(ferry_netpol::NetpolArgs),
+    /// Run the Ingress controller and its HTTP/HTTPS proxy.
+    Ingress(ferry_ingress::IngressArgs),
+    /// Run a command inside the cluster network of a `ferry up` (netns pod network): in the
+    /// cluster namespace, where every pod and Service address answers, or on a node.
+    #[command(alias = "shell")]
+    ExecNet {
+        /// The data directory of the `ferry up`.
+        #[arg(long, default_value = "./.ferry")]
+        data_dir: PathBuf,
+        /// Run in this node's namespace instead.
+        #[arg(long)]
+        node: Option<String>,
+        /// The command (default: $SHELL).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
     /// Run one of the built-in container images (used by the node agent).
     #[command(hide = true)]
     BuiltinImage {
@@ -94,9 +108,27 @@ pub(crate) struct ServerArgs {
     /// 127.96.0.0/16 for `ferry up`, whose loopback network keeps everything on this machine.
     #[arg(long)]
     service_cluster_ip_range: Option<String>,
-    /// `ferry up` only: the pod network (node pod CIDRs are carved from it).
-    #[arg(long, default_value = "127.100.0.0/16")]
-    cluster_cidr: String,
+    /// `ferry up` only: the pod network (node pod CIDRs are carved from it); one CIDR or two
+    /// of different families. Default: 10.244.0.0/16,fd00:10:244::/56 with the netns pod
+    /// network, 127.100.0.0/16 with the loopback one.
+    #[arg(long)]
+    cluster_cidr: Option<String>,
+    /// `ferry up` only: `netns` (a network namespace per pod and per node; needs root),
+    /// `loopback` (pods on 127.0.0.0/8 addresses in the machine's namespace), or `auto` (netns
+    /// as root unless the ranges given are loopback ones).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "netns", "loopback"])]
+    pod_network: String,
+    /// `ferry up` only: how many nodes (netns pod network), each a network namespace with its
+    /// own agent and proxy.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// `ferry up` only: CNI configuration directory for the node agents (default: a bridge
+    /// network rendered from each node's pod CIDRs).
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
+    /// `ferry up` only: CNI plugin directories (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    cni_bin_dir: Vec<PathBuf>,
     /// `ferry up` only: the node agent's endpoint port (logs, exec); 0 picks a free one.
     #[arg(long, default_value_t = 10250)]
     agent_port: u16,
@@ -117,6 +149,10 @@ pub(crate) struct ServerArgs {
     /// Node port range (inclusive).
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
+    /// The soft file-descriptor limit (RLIMIT_NOFILE) to run with; default: raised to the
+    /// hard limit. Connection caps of the API server, DNS and proxy are cut from it.
+    #[arg(long)]
+    max_open_files: Option<u64>,
     /// Client certificate (PEM) the API server presents to node agents for logs and exec
     /// (default: one the cluster CA issues, `<data-dir>/pki/apiserver-kubelet-client.crt`).
     #[arg(long)]
@@ -127,10 +163,6 @@ pub(crate) struct ServerArgs {
     /// The CA that node agents' serving certificates must chain to (default: the cluster CA).
     #[arg(long)]
     kubelet_certificate_authority: Option<PathBuf>,
-    /// The soft file-descriptor limit (RLIMIT_NOFILE) to run with; default: raised to the
-    /// hard limit. Connection caps of the API server, DNS and proxy are cut from it.
-    #[arg(long)]
-    max_open_files: Option<u64>,
 }
 
 fn main() -> Result<()> {
@@ -149,7 +181,9 @@ fn main() -> Result<()> {
         _ => None,
     };
     match ferry_limits::raise_nofile(target) {
-        Ok(l) => tracing::info!(before = l.before, soft = l.soft, hard = ?l.hard, "file descriptor limit"),
+        Ok(l) => {
+            tracing::info!(before = l.before, soft = l.soft, hard = ?l.hard, "file descriptor limit")
+        }
         Err(e) => tracing::warn!("{e}; keeping the current limit"),
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -163,9 +197,14 @@ fn main() -> Result<()> {
             Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
             Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
-            Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
             Command::Netpol(a) => ferry_netpol::run(a).await,
+            Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
             Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
+            Command::ExecNet {
+                data_dir,
+                node,
+                cmd,
+            } => std::process::exit(up::exec_net(&data_dir, node.as_deref(), &cmd)?),
         }
     })
 }
@@ -205,7 +244,7 @@ async fn open_store(a: &ServerArgs) -> Result<Arc<dyn ferry_store::Store>> {
 fn service_range(a: &ServerArgs, mode: &str) -> String {
     match &a.service_cluster_ip_range {
         Some(r) => r.clone(),
-        None if mode == "up" => up::SERVICE_RANGE.to_string(),
+        None if mode == "up" => up::default_service_range(a).to_string(),
         None => "10.96.0.0/12".to_string(),
     }
 }
@@ -230,13 +269,18 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         data_dir: a.data_dir.clone(),
         listen: a.listen_api,
         plain_http: a.plain_http,
-        extra_sans: a.tls_san.clone(),
+        extra_sans: if mode == "up" {
+            a.tls_san
+                .iter()
+                .cloned()
+                .chain(up::extra_sans(&a))
+                .collect()
+        } else {
+            a.tls_san.clone()
+        },
         service_cidrs: ferry_apiserver::alloc::parse_service_cidrs(&service_range(&a, mode))
             .context("--service-cluster-ip-range")?,
         node_port_range: a.service_node_port_range,
-        kubelet_client_certificate: a.kubelet_client_certificate.clone(),
-        kubelet_client_key: a.kubelet_client_key.clone(),
-        kubelet_certificate_authority: a.kubelet_certificate_authority.clone(),
         max_connections: {
             let parts = if mode == "up" {
                 ferry_limits::Parts::ALL
@@ -248,6 +292,9 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
             };
             ferry_limits::plan(ferry_limits::fdlimit::current().soft, parts).apiserver
         },
+        kubelet_client_certificate: a.kubelet_client_certificate.clone(),
+        kubelet_client_key: a.kubelet_client_key.clone(),
+        kubelet_certificate_authority: a.kubelet_certificate_authority.clone(),
     };
     let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
     supervise::set_checks(running.server.checks.clone());
@@ -260,14 +307,19 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
     // The cluster's services are clients of the API server: they stop first (releasing the
     // controllers' lease, stopping pods), then the API server.
     let clients = CancellationToken::new();
+    let mut services = None;
     if mode == "up" {
-        up::start_services(&a, &running, &clients).await?;
+        services = Some(up::start_services(&a, &running, &clients).await?);
     }
     shutdown_signal().await;
     tracing::info!("shutting down");
     clients.cancel();
     if mode == "up" {
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
+    if let Some(s) = services {
+        // Pods stopped by their agents, then the cluster network removed.
+        s.stop().await;
     }
     shutdown.cancel();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), running.done).await;

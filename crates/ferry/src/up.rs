@@ -1,7 +1,15 @@
 //! `ferry up`: the cluster's services around the API server, in one process, each an ordinary
-//! client of the API server just started — controllers, cluster DNS, a node agent for this host
-//! and the userspace service proxy — on the loopback pod network (pods, Services and load
-//! balancers all in 127.0.0.0/8, so nothing touches the machine's real network).
+//! client of the API server just started — controllers, cluster DNS, node agents and the
+//! userspace service proxy — on one of two pod networks:
+//!
+//! - **netns** (as root, the default): a cluster namespace whose bridge joins one namespace per
+//!   node (`--nodes N`); pods get their own namespaces from CNI plugins run inside their node's;
+//!   each node namespace runs the service proxy and answers on the kube-dns address; the API
+//!   server, in the machine's namespace on loopback, is reached from the cluster network through
+//!   a forwarder listening on the cluster bridge's gateway address. The machine's own namespace
+//!   is never changed.
+//! - **loopback**: pods, Services and load balancers all in 127.0.0.0/8, so nothing touches the
+//!   machine's network (rootless).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
@@ -48,12 +56,212 @@ fn first_pod_block(cluster_cidr: &str) -> Option<ipnet::IpNet> {
     net.subnets(len.max(net.prefix_len())).ok()?.next()
 }
 
-/// Starts controllers, DNS, agent and proxy; returns once they are spawned.
+/// The pod network `ferry up` runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodNetworkMode {
+    Loopback,
+    Netns,
+}
+
+/// Service range of the netns mode when none is given (dual-stack).
+pub const NETNS_SERVICE_RANGE: &str = "10.96.0.0/16,fd00:10:96::/112";
+/// Pod range of the netns mode when none is given (dual-stack; /24 and /64 per node).
+pub const NETNS_CLUSTER_CIDR: &str = "10.244.0.0/16,fd00:10:244::/56";
+/// Load-balancer pool of the netns mode (answered by every node, routed to the first from the
+/// cluster namespace).
+const NETNS_LOADBALANCER_RANGE: &str = "198.18.255.240-198.18.255.254";
+const NETNS_LOADBALANCER_NET: &str = "198.18.255.0/24";
+
+fn loopback_cidr(s: &str) -> bool {
+    let lo: ipnet::IpNet = "127.0.0.0/8".parse().expect("literal");
+    s.split(',')
+        .filter_map(|c| c.trim().parse::<ipnet::IpNet>().ok())
+        .any(|n| lo.contains(&n))
+}
+
+/// Decides the pod network: `--pod-network`, or `auto` — netns as root (with iproute2 and
+/// nsenter) unless the given ranges are loopback ones; loopback otherwise.
+pub fn pod_network_mode(a: &ServerArgs) -> PodNetworkMode {
+    let have = |cmd: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+    };
+    match a.pod_network.as_str() {
+        "loopback" => PodNetworkMode::Loopback,
+        "netns" => PodNetworkMode::Netns,
+        _ => {
+            let loopback_ranges = a.cluster_cidr.as_deref().is_some_and(loopback_cidr)
+                || a.service_cluster_ip_range
+                    .as_deref()
+                    .is_some_and(loopback_cidr);
+            if is_root() && have("ip") && have("nsenter") && !loopback_ranges {
+                PodNetworkMode::Netns
+            } else {
+                PodNetworkMode::Loopback
+            }
+        }
+    }
+}
+
+/// The Service range `ferry up` uses when none is given.
+pub fn default_service_range(a: &ServerArgs) -> &'static str {
+    match pod_network_mode(a) {
+        PodNetworkMode::Netns => NETNS_SERVICE_RANGE,
+        PodNetworkMode::Loopback => SERVICE_RANGE,
+    }
+}
+
+/// The pod range in effect.
+pub fn cluster_cidr(a: &ServerArgs) -> String {
+    a.cluster_cidr
+        .clone()
+        .unwrap_or_else(|| match pod_network_mode(a) {
+            PodNetworkMode::Netns => NETNS_CLUSTER_CIDR.to_string(),
+            PodNetworkMode::Loopback => LOOPBACK_CLUSTER_CIDR.to_string(),
+        })
+}
+
+/// The loopback mode's pod range when none is given.
+pub const LOOPBACK_CLUSTER_CIDR: &str = "127.100.0.0/16";
+
+/// Extra names of the API server's certificate in netns mode: its address on the cluster
+/// bridge and the `kubernetes` Service's ClusterIPs (pods reach it through both).
+pub fn extra_sans(a: &ServerArgs) -> Vec<String> {
+    if pod_network_mode(a) != PodNetworkMode::Netns {
+        return Vec::new();
+    }
+    let mut v: Vec<String> = ferry_node::netns::ClusterPlan::new("x", &[], Vec::new())
+        .gateway
+        .iter()
+        .map(|g| g.to_string())
+        .collect();
+    for r in crate::service_range(a, "up").split(',') {
+        if let Ok(net) = r.trim().parse::<ipnet::IpNet>()
+            && let Some(first) = nth_host(&net, 1)
+        {
+            v.push(first.to_string());
+        }
+    }
+    v
+}
+
+fn nth_host(net: &ipnet::IpNet, n: u128) -> Option<IpAddr> {
+    match net.network() {
+        IpAddr::V4(a) => Some(IpAddr::V4(Ipv4Addr::from(
+            u32::from(a).checked_add(u32::try_from(n).ok()?)?,
+        ))),
+        IpAddr::V6(a) => Some(IpAddr::V6(std::net::Ipv6Addr::from(
+            u128::from(a).checked_add(n)?,
+        ))),
+    }
+}
+
+/// What `ferry up` started around the API server; [`Services::stop`] after the shutdown token
+/// is cancelled waits for the node agents and removes the cluster network.
+#[derive(Default)]
+pub struct Services {
+    agents: Vec<tokio::task::JoinHandle<()>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    plan: Option<ferry_node::netns::ClusterPlan>,
+    data_dir: std::path::PathBuf,
+}
+
+impl Services {
+    /// Waits (bounded) for the agents to stop their pods, then removes every namespace.
+    pub async fn stop(self) {
+        let wait = async {
+            for a in self.agents {
+                let _ = a.await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(15), wait).await;
+        let threads = self.threads;
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::task::spawn_blocking(move || {
+                for t in threads {
+                    let _ = t.join();
+                }
+            }),
+        )
+        .await;
+        if let Some(plan) = self.plan {
+            let n = ferry_node::netns::remove_prefix(&plan.prefix);
+            let _ = std::fs::remove_file(self.data_dir.join(NETNS_FILE));
+            tracing::info!("removed {n} network namespace(s)");
+        }
+    }
+}
+
+/// Where `ferry up` records its cluster network (read by `ferry exec-net`).
+pub const NETNS_FILE: &str = "netns.json";
+
+/// `ferry exec-net`: runs a command inside the cluster network of the `ferry up` using
+/// `data_dir` — in the cluster namespace (every pod and, through the first node, every Service
+/// address is reachable), or in a node's namespace with `--node`.
+pub fn exec_net(data_dir: &Path, node: Option<&str>, cmd: &[String]) -> Result<i32> {
+    let text = std::fs::read_to_string(data_dir.join(NETNS_FILE)).with_context(|| {
+        format!(
+            "no cluster network recorded in {} (is `ferry up` running there in netns mode?)",
+            data_dir.display()
+        )
+    })?;
+    let plan: ferry_node::netns::ClusterPlan =
+        serde_json::from_str(&text).context("reading the cluster network record")?;
+    let ns = match node {
+        None => plan.cluster_netns.clone(),
+        Some(n) => plan
+            .nodes
+            .iter()
+            .find(|p| p.name == n || p.netns == n)
+            .map(|p| p.netns.clone())
+            .with_context(|| {
+                format!(
+                    "no node {n:?} (nodes: {})",
+                    plan.nodes
+                        .iter()
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?,
+    };
+    let cmd: Vec<String> = if cmd.is_empty() {
+        vec![std::env::var("SHELL").unwrap_or_else(|_| "sh".into())]
+    } else {
+        cmd.to_vec()
+    };
+    let status = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", ferry_node::netns::path(&ns).display()))
+        .arg("--")
+        .args(&cmd)
+        .status()
+        .context("running nsenter")?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// Starts controllers, DNS, agents and proxies; returns once they are spawned.
 pub async fn start_services(
     a: &ServerArgs,
     running: &ferry_apiserver::Running,
     shutdown: &CancellationToken,
-) -> Result<()> {
+) -> Result<Services> {
+    if pod_network_mode(a) == PodNetworkMode::Netns {
+        return start_netns(a, running, shutdown).await;
+    }
+    if a.pod_network == "auto" && !is_root() {
+        eprintln!(
+            "ferry up: not running as root: pods use the loopback pod network (addresses in \
+             127.0.0.0/8, the host's network namespace); run as root for a network namespace per \
+             pod, several nodes (--nodes) and IPv6"
+        );
+    }
+    if a.nodes > 1 {
+        anyhow::bail!(
+            "--nodes {} needs the netns pod network (run as root)",
+            a.nodes
+        );
+    }
     let kubeconfig = running.kubeconfig.clone();
     let service_range = crate::service_range(a, "up");
     let dns_ip =
@@ -61,12 +269,14 @@ pub async fn start_services(
     let root = is_root();
     ensure_kube_dns_service(running, dns_ip).await;
 
+    let cluster_cidr = cluster_cidr(a);
     start_controllers(
         &kubeconfig,
         shutdown,
         &a.controllers_arg,
-        &a.cluster_cidr,
+        &cluster_cidr,
         &service_range,
+        LOADBALANCER_RANGE,
     )?;
 
     let dns_listen = a.listen_dns.clone().unwrap_or_else(|| {
@@ -104,18 +314,17 @@ pub async fn start_services(
     agent.client_ca_file = Some(tls.ca_file);
     // The node is NotReady until node IPAM (in the controllers) gives it a pod CIDR.
     agent.wait_for_pod_cidr = true;
-    if let Some(block) = first_pod_block(&a.cluster_cidr) {
+    if let Some(block) = first_pod_block(&cluster_cidr) {
         agent.pod_cidr = block;
     }
     let stop = shutdown.clone();
-    tokio::spawn(async move {
+    let agent_task = tokio::spawn(async move {
         if let Err(e) = ferry_node::run(agent, stop.cancelled_owned()).await {
             tracing::error!("node agent stopped: {e:#}");
         }
     });
 
     start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
-    start_ingress(a, running, &kubeconfig, shutdown, root).await;
     // The loopback pod network cannot isolate pods: every NetworkPolicy gets a Warning Event
     // saying so, and the first one is reported here, once.
     {
@@ -137,11 +346,352 @@ pub async fn start_services(
             }
         });
     }
+    start_ingress(a, running, &kubeconfig, shutdown, root).await;
     eprintln!(
-        "ferry up: node {node_name}, Services in {service_range}, pods in {}, kube-dns {dns_ip}",
-        a.cluster_cidr
+        "ferry up: node {node_name}, Services in {service_range}, pods in {cluster_cidr}, kube-dns {dns_ip}"
     );
-    Ok(())
+    Ok(Services {
+        agents: vec![agent_task],
+        ..Default::default()
+    })
+}
+
+/// Node names of a `--nodes N` cluster: the base name alone for one node, `<base>-<i>`
+/// otherwise.
+pub fn node_names(base: &str, n: usize) -> Vec<String> {
+    if n <= 1 {
+        return vec![base.to_string()];
+    }
+    (1..=n).map(|i| format!("{base}-{i}")).collect()
+}
+
+/// netns mode: the cluster network, the API forwarder, controllers, DNS index, and per node an
+/// agent (here) plus the proxy and DNS listeners (on a thread inside the node namespace).
+async fn start_netns(
+    a: &ServerArgs,
+    running: &ferry_apiserver::Running,
+    shutdown: &CancellationToken,
+) -> Result<Services> {
+    use ferry_node::netns;
+    let kubeconfig = running.kubeconfig.clone();
+    let service_range = crate::service_range(a, "up");
+    let cluster_cidr = cluster_cidr(a);
+    let dns_ip =
+        kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
+    ensure_kube_dns_service(running, dns_ip).await;
+
+    // The cluster network; whatever a previous run on this data directory left goes first.
+    let prefix = netns::prefix_for(&a.data_dir);
+    let stale = netns::remove_prefix(&prefix);
+    if stale > 0 {
+        eprintln!("ferry up: removed {stale} network namespace(s) a previous run left");
+    }
+    let base = a.node_name.clone().unwrap_or_else(ferry_node::host_name);
+    let names = node_names(&base, a.nodes.max(1));
+    let mut local: Vec<ipnet::IpNet> = service_range
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .collect();
+    if let Ok(lb) = NETNS_LOADBALANCER_NET.parse() {
+        local.push(lb);
+    }
+    let plan = netns::ClusterPlan::new(&prefix, &names, local);
+    let mut services = Services {
+        plan: Some(plan.clone()),
+        data_dir: a.data_dir.clone(),
+        ..Default::default()
+    };
+    if let Err(e) = plan.apply() {
+        plan.remove();
+        return Err(anyhow::Error::new(e).context("creating the cluster network"));
+    }
+    std::fs::write(
+        a.data_dir.join(NETNS_FILE),
+        serde_json::to_vec_pretty(&plan)?,
+    )?;
+
+    // The API server for pods: a forwarder on the cluster bridge's gateway addresses.
+    let api_port = running.addr.port();
+    let cluster_ns = netns::path(&plan.cluster_netns);
+    for gw in &plan.gateway {
+        let addr = std::net::SocketAddr::new(*gw, api_port);
+        let l = netns::bind_tcp_in(Some(&cluster_ns), addr)
+            .with_context(|| format!("API forwarder on {addr}"))?;
+        let l = tokio::net::TcpListener::from_std(l)?;
+        tokio::spawn(forward(l, running.addr, shutdown.clone()));
+    }
+    let client = ferry_node::client(Some(&kubeconfig)).await?;
+    if let Some(gw) = plan.gateway.first() {
+        point_kubernetes_endpoints(&client, *gw, api_port).await;
+    }
+
+    start_controllers(
+        &kubeconfig,
+        shutdown,
+        &a.controllers_arg,
+        &cluster_cidr,
+        &service_range,
+        NETNS_LOADBALANCER_RANGE,
+    )?;
+
+    // Cluster DNS: one index fed by watches here; each node namespace answers on the kube-dns
+    // address from it.
+    let dns = if a.listen_dns.as_deref() != Some("off") {
+        Some(dns_index(a, &client, shutdown).await?)
+    } else {
+        None
+    };
+
+    for (i, node) in plan.nodes.iter().enumerate() {
+        let node_ns = netns::path(&node.netns);
+        let mut agent = ferry_node::AgentArgs::defaults();
+        agent.kubeconfig = Some(kubeconfig.clone());
+        agent.node_name = Some(node.name.clone());
+        agent.node_ip = node.ips[0];
+        agent.secondary_node_ip = node.ips[1..].to_vec();
+        agent.endpoint_address = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        agent.port = if i == 0 { a.agent_port } else { 0 };
+        agent.cluster_dns = vec![dns_ip.to_string()];
+        agent.state_dir = a.data_dir.join("agent").join("nodes").join(&node.name);
+        agent.wait_for_pod_cidr = true;
+        agent.pod_network = "netns".into();
+        agent.node_netns = Some(node_ns.clone());
+        agent.cluster_netns = Some(plan.cluster_netns.clone());
+        agent.pod_netns_prefix = format!("{prefix}-pod-");
+        // The agent's endpoint (on loopback, named by the Node's ferry.dev/agent-endpoint
+        // annotation): HTTPS with a serving certificate from the cluster CA, as for one node.
+        let mut cert_ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+        cert_ips.extend(node.ips.iter().copied());
+        let tls = ferry_apiserver::pki::issue_agent_serving(&a.data_dir, &node.name, &cert_ips)
+            .context("issuing the agent's serving certificate")?;
+        agent.tls_cert_file = Some(tls.cert_file);
+        agent.tls_private_key_file = Some(tls.key_file);
+        agent.client_ca_file = Some(tls.ca_file);
+        if let Some(d) = &a.cni_conf_dir {
+            agent.cni_conf_dir = Some(d.clone());
+        }
+        if !a.cni_bin_dir.is_empty() {
+            agent.cni_bin_dir = a.cni_bin_dir.clone();
+        }
+        let stop = shutdown.clone();
+        services.agents.push(tokio::spawn(async move {
+            if let Err(e) = ferry_node::run(agent, stop.cancelled_owned()).await {
+                tracing::error!("node agent stopped: {e:#}");
+            }
+        }));
+
+        // The node's service proxy and DNS listeners, inside its namespace. The kube client is
+        // made here: its connections to the API server (on loopback) are made by this runtime.
+        let proxy_client = cluster_client(&kubeconfig, &plan, api_port).await?;
+        let healthz = if a.proxy_healthz_listen == "off" {
+            String::new()
+        } else {
+            a.proxy_healthz_listen.clone()
+        };
+        let proxy_args = {
+            #[derive(Parser)]
+            struct Wrap {
+                #[command(flatten)]
+                p: ferry_proxy::ProxyArgs,
+            }
+            let ips: Vec<String> = node.ips.iter().map(|i| i.to_string()).collect();
+            Wrap::try_parse_from([
+                "proxy".to_string(),
+                "--node-name".into(),
+                node.name.clone(),
+                "--node-ip".into(),
+                ips.join(","),
+                format!("--healthz-bind-address={healthz}"),
+            ])
+            .context("proxy arguments")?
+            .p
+        };
+        let stop = shutdown.clone();
+        let dns = dns.clone();
+        let dns_listen = std::net::SocketAddr::new(dns_ip, 53);
+        let name = node.name.clone();
+        services.threads.push(netns::spawn_runtime(
+            node_ns,
+            format!("node-{}", i + 1),
+            move || async move {
+                let proxy =
+                    match ferry_proxy::start(proxy_client, &proxy_args, stop.child_token()).await {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            tracing::error!("service proxy of {name}: {e:#}");
+                            None
+                        }
+                    };
+                let mut dns_task = None;
+                if let Some((index, metrics, mut cfg)) = dns {
+                    cfg.listen = dns_listen;
+                    match ferry_dns::server::Server::bind(cfg, index, metrics).await {
+                        Ok(server) => {
+                            let stop = stop.clone();
+                            dns_task = Some(tokio::spawn(server.run(stop.cancelled_owned())));
+                        }
+                        Err(e) => tracing::error!("cluster DNS in {name}: {e:#}"),
+                    }
+                }
+                stop.cancelled().await;
+                if let Some(p) = proxy {
+                    p.stop().await;
+                }
+                if let Some(t) = dns_task {
+                    let _ = t.await;
+                }
+            },
+        )?);
+    }
+    eprintln!("ferry up: cluster DNS on {dns_ip}:53 in every node namespace (UDP and TCP)");
+    eprintln!(
+        "ferry up: pod network netns: nodes {} ({}), Services in {service_range}, pods in {cluster_cidr}, \
+         kube-dns {dns_ip}, API server for pods on {}:{api_port}; `ferry exec-net --data-dir {} -- CMD` \
+         runs a command in the cluster network",
+        names.join(", "),
+        plan.nodes
+            .iter()
+            .map(|n| n.netns.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        plan.gateway
+            .first()
+            .map(|g| g.to_string())
+            .unwrap_or_default(),
+        a.data_dir.display(),
+    );
+    Ok(services)
+}
+
+type DnsParts = (
+    std::sync::Arc<ferry_dns::SharedIndex>,
+    std::sync::Arc<ferry_dns::Metrics>,
+    ferry_dns::ServerConfig,
+);
+
+/// The cluster DNS index (watches), its /metrics server on the machine's loopback, and the
+/// server configuration every node's listener uses.
+async fn dns_index(
+    a: &ServerArgs,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) -> Result<DnsParts> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        dns: ferry_dns::DnsArgs,
+    }
+    let argv: Vec<String> = vec![
+        "dns".into(),
+        format!("--service-cidr={}", crate::service_range(a, "up")),
+        format!("--pod-cidr={}", cluster_cidr(a)),
+    ];
+    let args = Wrap::try_parse_from(argv).context("DNS arguments")?.dns;
+    let metrics = std::sync::Arc::new(ferry_dns::Metrics::new());
+    let shared = std::sync::Arc::new(ferry_dns::SharedIndex::new(ferry_dns::index::Index::new(
+        args.zone_config(),
+    )));
+    let watchers = ferry_dns::watch::spawn_watchers(
+        client.clone(),
+        shared.clone(),
+        metrics.clone(),
+        args.pods == ferry_dns::PodsMode::Verified,
+    );
+    let ops = ferry_dns::ops::bind(a.dns_metrics_listen).await?;
+    let ops_task = tokio::spawn(ferry_dns::ops::serve(ops, shared.clone(), metrics.clone()));
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        ops_task.abort();
+        for w in watchers {
+            w.abort();
+        }
+    });
+    let mut cfg = args.server_config()?;
+    // Only the forwarders given: the machine's resolvers are not reachable from the cluster
+    // network (and tests never forward to a real upstream).
+    cfg.forward.upstreams = a.dns_upstream.clone();
+    Ok((shared, metrics, cfg))
+}
+
+/// A client for code running inside the cluster network: the kubeconfig's, with the server
+/// replaced by the API forwarder on the cluster bridge (a kube client connects from whatever
+/// thread polls its requests, here one inside a node namespace).
+async fn cluster_client(
+    kubeconfig: &Path,
+    plan: &ferry_node::netns::ClusterPlan,
+    port: u16,
+) -> Result<kube::Client> {
+    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let gw = plan
+        .gateway
+        .first()
+        .context("the cluster network has no gateway")?;
+    for c in &mut kc.clusters {
+        if let Some(cl) = c.cluster.as_mut()
+            && let Some(server) = cl.server.as_mut()
+        {
+            let scheme = if server.starts_with("http://") {
+                "http"
+            } else {
+                "https"
+            };
+            *server = format!("{scheme}://{gw}:{port}");
+        }
+    }
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Copies connections accepted on `l` (in the cluster namespace) to the API server.
+async fn forward(l: tokio::net::TcpListener, to: std::net::SocketAddr, stop: CancellationToken) {
+    loop {
+        let (mut inbound, _) = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = l.accept() => match r {
+                Ok(c) => c,
+                Err(_) => continue,
+            },
+        };
+        tokio::spawn(async move {
+            if let Ok(mut out) = tokio::net::TcpStream::connect(to).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+            }
+        });
+    }
+}
+
+/// The `kubernetes` Endpoints name the API server's address on the cluster network.
+async fn point_kubernetes_endpoints(client: &kube::Client, ip: IpAddr, port: u16) {
+    use k8s_openapi::api::core::v1::Endpoints;
+    let api: kube::Api<Endpoints> = kube::Api::namespaced(client.clone(), "default");
+    let body = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": ip.to_string()}],
+                     "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+    });
+    let pp = kube::api::PatchParams::default();
+    for _ in 0..20 {
+        match api
+            .patch("kubernetes", &pp, &kube::api::Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if let Ok(ep) = serde_json::from_value::<Endpoints>(body.clone())
+                    && api.create(&Default::default(), &ep).await.is_ok()
+                {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!("kubernetes Endpoints: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tracing::warn!("could not point the kubernetes Endpoints at {ip}:{port}");
 }
 
 fn bracket(ip: IpAddr) -> String {
@@ -203,6 +753,7 @@ fn start_controllers(
     extra: &[String],
     cluster_cidr: &str,
     service_range: &str,
+    lb_range: &str,
 ) -> Result<()> {
     #[derive(Parser)]
     struct Wrap {
@@ -218,7 +769,7 @@ fn start_controllers(
     // A one-machine cluster: LoadBalancer Services get loopback addresses (as k3s ServiceLB
     // hands out the node's address), node pod CIDRs come from the loopback pod network.
     if !given("--loadbalancer-ip-range") {
-        argv.push(format!("--loadbalancer-ip-range={LOADBALANCER_RANGE}"));
+        argv.push(format!("--loadbalancer-ip-range={lb_range}"));
     }
     if !given("--cluster-cidr") {
         argv.push(format!("--cluster-cidr={cluster_cidr}"));
@@ -267,7 +818,7 @@ async fn start_dns(
         "--metrics-listen".into(),
         a.dns_metrics_listen.to_string(),
         format!("--service-cidr={}", crate::service_range(a, "up")),
-        format!("--pod-cidr={}", a.cluster_cidr),
+        format!("--pod-cidr={}", cluster_cidr(a)),
     ];
     if !a.dns_upstream.is_empty() {
         argv.push("--upstream".into());
@@ -382,7 +933,12 @@ async fn ensure_ingress_class(running: &ferry_apiserver::Running) {
         "spec": {"controller": ferry_ingress::CONTROLLER_NAME}
     });
     match api
-        .create(&res, &path, &ferry_apiserver::request::Query::default(), body)
+        .create(
+            &res,
+            &path,
+            &ferry_apiserver::request::Query::default(),
+            body,
+        )
         .await
     {
         Ok(_) => {}
@@ -441,6 +997,14 @@ mod tests {
         assert_eq!(
             first_pod_block("127.100.0.0/16"),
             Some("127.100.0.0/24".parse().expect("net"))
+        );
+        assert!(loopback_cidr("127.10.0.0/16"));
+        assert!(!loopback_cidr("10.244.0.0/16,fd00:10:244::/56"));
+        assert_eq!(node_names("n", 1), vec!["n"]);
+        assert_eq!(node_names("n", 3), vec!["n-1", "n-2", "n-3"]);
+        assert_eq!(
+            nth_host(&"fd00:10:96::/112".parse().expect("net"), 1),
+            Some("fd00:10:96::1".parse().expect("ip"))
         );
     }
 }

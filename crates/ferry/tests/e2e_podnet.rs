@@ -1,0 +1,595 @@
+//! The netns pod network end to end (issue 10), as root: `ferry up --nodes 3` on a dual-stack
+//! cluster — two pods on one node both serving :8080, a sidecar reaching its main container on
+//! localhost, pod to pod across nodes over IPv4 and IPv6, a PreferDualStack Service answering
+//! on both ClusterIPs from another node, AAAA from kube-dns inside a pod, a hostNetwork pod
+//! with its node's IP and hostname, `ferry exec-net`; then exit and kill -9 leave no network
+//! namespace or process behind. Everything lives in namespaces the cluster creates (their
+//! names start with a per-data-directory prefix); the machine's own namespace is not touched.
+//! Skipped without root or the CNI plugins.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn usable() -> bool {
+    let ok = is_root()
+        && Path::new("/usr/lib/cni/bridge").exists()
+        && Command::new("nsenter").arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("skipped: needs root, nsenter and /usr/lib/cni (containernetworking-plugins)");
+    }
+    ok
+}
+
+struct Cluster {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+fn ferry_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ferry")
+}
+
+/// The namespace prefix of a data directory (as `ferry up` computes it: FNV-1a of the path).
+fn prefix_of(dir: &Path) -> String {
+    let canon = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mut h: u32 = 0x811c_9dc5;
+    for b in canon.as_os_str().as_encoded_bytes() {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("ferry-{h:08x}-")
+}
+
+fn namespaces(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// PIDs whose command line names `needle`.
+fn processes(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| *pid != me)
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .map(|c| {
+                            String::from_utf8_lossy(&c)
+                                .replace('\0', " ")
+                                .contains(needle)
+                        })
+                        .unwrap_or(false)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn root_links() -> usize {
+    Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0)
+}
+
+impl Cluster {
+    fn start(extra: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut args: Vec<String> = vec![
+            "up".into(),
+            "--data-dir".into(),
+            dir.path().display().to_string(),
+            "--pod-network".into(),
+            "netns".into(),
+            "--listen-api".into(),
+            "127.0.0.1:0".into(),
+            "--agent-port".into(),
+            "0".into(),
+            "--dns-metrics-listen".into(),
+            "127.0.0.1:0".into(),
+            "--node-name".into(),
+            "pn".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut c = Cluster {
+            child: None,
+            dir,
+            args,
+        };
+        c.spawn();
+        c
+    }
+
+    fn spawn(&mut self) {
+        let _ = std::fs::remove_file(self.dir.path().join("kubeconfig"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("ferry.log"))
+            .expect("log");
+        let mut child = Command::new(ferry_bin())
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("ferry up");
+        let kc = self.dir.path().join("kubeconfig");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !kc.exists() {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("ferry exited ({st}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ferry not ready:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child = Some(child);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("ferry.log")).unwrap_or_default()
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new("kubectl");
+        cmd.env("KUBECONFIG", self.kubeconfig())
+            .env("HOME", self.dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        let mut child = cmd.spawn().expect("kubectl");
+        if let (Some(text), Some(mut si)) = (stdin, child.stdin.take()) {
+            use std::io::Write;
+            si.write_all(text.as_bytes()).expect("stdin");
+        }
+        child.wait_with_output().expect("kubectl")
+    }
+
+    fn k(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args, None);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}\n{}\nlog tail:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail(&self.log())
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn apply(&self, yaml: &str) {
+        let out = self.kubectl(&["apply", "-f", "-"], Some(yaml));
+        assert!(
+            out.status.success(),
+            "apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Waits until `kubectl exec` of `cmd` in `pod` prints something containing `want`.
+    fn exec_until(&self, pod: &str, container: Option<&str>, cmd: &[&str], want: &str) -> String {
+        let mut args = vec!["exec", pod];
+        if let Some(c) = container {
+            args.extend(["-c", c]);
+        }
+        args.push("--");
+        args.extend(cmd);
+        let mut last = String::new();
+        let ok = eventually(60, || {
+            let out = self.kubectl(&args, None);
+            last = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.status.success() && last.contains(want)
+        });
+        assert!(
+            ok,
+            "kubectl {args:?} never printed {want:?}; last: {last}\nlog tail:\n{}",
+            tail(&self.log())
+        );
+        last
+    }
+
+    fn jsonpath(&self, kind: &str, name: &str, path: &str) -> String {
+        let out = self.kubectl(
+            &["get", kind, name, "-o", &format!("jsonpath={path}")],
+            None,
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn wait_running(&self, pods: &[&str]) {
+        for p in pods {
+            let ok = eventually(90, || {
+                self.jsonpath("pod", p, "{.status.containerStatuses[*].ready}")
+                    .split_whitespace()
+                    .all(|r| r == "true")
+                    && !self
+                        .jsonpath("pod", p, "{.status.containerStatuses[*].ready}")
+                        .is_empty()
+            });
+            assert!(
+                ok,
+                "pod {p} not ready: {}\nlog tail:\n{}",
+                self.k(&["get", "pod", p, "-o", "yaml"]),
+                tail(&self.log())
+            );
+        }
+    }
+
+    fn sigterm(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(40);
+            loop {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    panic!("ferry did not exit on SIGTERM:\n{}", tail(&self.log()));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill9();
+        for pid in processes(&self.dir.path().display().to_string()) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        for n in namespaces(&prefix_of(self.dir.path())) {
+            let _ = Command::new("ip").args(["netns", "delete", &n]).status();
+        }
+    }
+}
+
+fn tail(s: &str) -> String {
+    let l: Vec<&str> = s.lines().collect();
+    l[l.len().saturating_sub(40)..].join("\n")
+}
+
+fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    false
+}
+
+fn serve_pod(name: &str, node: &str, port: u16) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: {name}}}}}
+spec:
+  nodeName: {node}
+  containers:
+  - name: main
+    image: registry.k8s.io/serve_hostname
+    args: ["--port={port}"]
+    readinessProbe: {{tcpSocket: {{port: {port}}}, periodSeconds: 1}}
+"#
+    )
+}
+
+#[test]
+fn three_nodes_dual_stack() {
+    if !usable() {
+        return;
+    }
+    let links_before = root_links();
+    let mut c = Cluster::start(&["--nodes", "3"]);
+    let prefix = prefix_of(c.dir.path());
+    assert!(
+        eventually(60, || {
+            let out = c.kubectl(&["get", "nodes", "--no-headers"], None);
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+                .count()
+                == 3
+        }),
+        "three Ready nodes: {}\n{}",
+        c.k(&["get", "nodes", "-o", "wide"]),
+        tail(&c.log())
+    );
+    assert_eq!(namespaces(&prefix).len(), 4, "cluster + 3 nodes");
+
+    // Two pods on one node, both on :8080; a pod with a sidecar; a client pod on node 3; a
+    // hostNetwork pod on node 2.
+    let mut manifests = vec![serve_pod("a1", "pn-1", 8080), serve_pod("a2", "pn-1", 8080)];
+    manifests.push(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: side}
+spec:
+  nodeName: pn-2
+  containers:
+  - name: main
+    image: registry.k8s.io/serve_hostname
+    args: ["--port=8080"]
+  - name: sidecar
+    image: busybox
+    command: ["sleep", "3600"]
+"#
+        .to_string(),
+    );
+    manifests.push(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  nodeName: pn-3
+  containers:
+  - name: c
+    image: busybox
+    command: ["sleep", "3600"]
+"#
+        .to_string(),
+    );
+    manifests.push(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: hostnet}
+spec:
+  nodeName: pn-2
+  hostNetwork: true
+  containers:
+  - name: c
+    image: busybox
+    command: ["sleep", "3600"]
+"#
+        .to_string(),
+    );
+    manifests.push(
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  ipFamilyPolicy: PreferDualStack
+  selector: {app: a1}
+  ports: [{port: 80, targetPort: 8080}]
+"#
+        .to_string(),
+    );
+    c.apply(&manifests.join("---\n"));
+    c.wait_running(&["a1", "a2", "side", "client", "hostnet"]);
+
+    // Both pods serve :8080, each in its own namespace with an address of each family.
+    let a1_ips = c.jsonpath("pod", "a1", "{.status.podIPs[*].ip}");
+    let a1_ips: Vec<&str> = a1_ips.split_whitespace().collect();
+    assert_eq!(a1_ips.len(), 2, "{a1_ips:?}");
+    assert!(a1_ips[0].starts_with("10.244.") && a1_ips[1].starts_with("fd00:10:244:"));
+    assert_eq!(c.jsonpath("pod", "a1", "{.status.podIP}"), a1_ips[0]);
+    let a2_ip = c.jsonpath("pod", "a2", "{.status.podIP}");
+    assert_ne!(a2_ip, a1_ips[0]);
+
+    // Sidecar -> main on localhost.
+    c.exec_until(
+        "side",
+        Some("sidecar"),
+        &["curl", "-s", "-m", "3", "http://localhost:8080/"],
+        "side",
+    );
+    // Pod to pod across nodes (pn-3 -> pn-1), IPv4 and IPv6.
+    c.exec_until(
+        "client",
+        None,
+        &[
+            "curl",
+            "-s",
+            "-m",
+            "3",
+            &format!("http://{}:8080/", a1_ips[0]),
+        ],
+        "a1",
+    );
+    c.exec_until(
+        "client",
+        None,
+        &[
+            "curl",
+            "-s",
+            "-m",
+            "3",
+            "-g",
+            &format!("http://[{}]:8080/", a1_ips[1]),
+        ],
+        "a1",
+    );
+    c.exec_until(
+        "client",
+        None,
+        &["curl", "-s", "-m", "3", &format!("http://{a2_ip}:8080/")],
+        "a2",
+    );
+    // The PreferDualStack Service on both ClusterIPs, from another node.
+    let cips = c.jsonpath("svc", "web", "{.spec.clusterIPs[*]}");
+    let cips: Vec<&str> = cips.split_whitespace().collect();
+    assert_eq!(cips.len(), 2, "dual-stack ClusterIPs: {cips:?}");
+    for ip in &cips {
+        let url = if ip.contains(':') {
+            format!("http://[{ip}]:80/")
+        } else {
+            format!("http://{ip}:80/")
+        };
+        c.exec_until("client", None, &["curl", "-s", "-m", "3", "-g", &url], "a1");
+    }
+    // AAAA (and A) from kube-dns inside a pod.
+    c.exec_until(
+        "client",
+        None,
+        &[
+            "dig",
+            "+short",
+            "+time=2",
+            "AAAA",
+            "web.default.svc.cluster.local",
+        ],
+        cips[1],
+    );
+    c.exec_until(
+        "client",
+        None,
+        &["dig", "+short", "+time=2", "web.default.svc.cluster.local"],
+        cips[0],
+    );
+    // The kubernetes Service reaches the API server from a pod.
+    c.exec_until(
+        "client",
+        None,
+        // Any JSON answer (a Status when anonymous requests are refused) proves the path.
+        &[
+            "curl",
+            "-sk",
+            "-m",
+            "3",
+            "https://kubernetes.default.svc/version",
+        ],
+        "{",
+    );
+    // hostNetwork: the node's addresses and hostname.
+    let node_ips = c.jsonpath(
+        "node",
+        "pn-2",
+        "{.status.addresses[?(@.type==\"InternalIP\")].address}",
+    );
+    let pod_ips = c.jsonpath("pod", "hostnet", "{.status.podIPs[*].ip}");
+    assert_eq!(pod_ips, node_ips);
+    assert!(node_ips.starts_with("198.18.0."), "{node_ips}");
+    c.exec_until("hostnet", None, &["hostname"], "pn-2");
+    c.exec_until(
+        "hostnet",
+        None,
+        &["ip", "-o", "addr", "show", "eth0"],
+        "198.18.0.12",
+    );
+    // A pod's own namespace is not the node's: the host's interfaces are not visible.
+    let links = c.exec_until("client", None, &["ip", "-o", "link", "show"], "eth0");
+    assert_eq!(links.lines().count(), 2, "lo and eth0 only: {links}");
+
+    // ferry exec-net: the tour's curl of the ClusterIP from the cluster network.
+    let out = Command::new(ferry_bin())
+        .args(["exec-net", "--data-dir"])
+        .arg(c.dir.path())
+        .args([
+            "--",
+            "curl",
+            "-s",
+            "-m",
+            "3",
+            &format!("http://{}:80/", cips[0]),
+        ])
+        .output()
+        .expect("exec-net");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "a1");
+
+    // Exit: no namespace, process or root link left.
+    let dir = c.dir.path().display().to_string();
+    c.sigterm();
+    assert!(
+        eventually(10, || namespaces(&prefix).is_empty()
+            && processes(&dir).is_empty()),
+        "left behind: {:?} {:?}",
+        namespaces(&prefix),
+        processes(&dir)
+    );
+    assert_eq!(
+        root_links(),
+        links_before,
+        "the root namespace's links changed"
+    );
+}
+
+#[test]
+fn kill9_then_restart_leaves_nothing_behind() {
+    if !usable() {
+        return;
+    }
+    let mut c = Cluster::start(&[]);
+    let prefix = prefix_of(c.dir.path());
+    let dir = c.dir.path().display().to_string();
+    c.apply(&serve_pod("p", "pn", 8080));
+    c.wait_running(&["p"]);
+    let before = namespaces(&prefix);
+    assert_eq!(before.len(), 3, "cluster, node, pod: {before:?}");
+    c.kill9();
+    // The pod processes and namespaces outlive a kill -9 ...
+    assert_eq!(namespaces(&prefix).len(), 3);
+    // ... and the next `ferry up` removes them, then runs the pod again.
+    c.spawn();
+    assert!(
+        eventually(60, || c
+            .log()
+            .contains("network namespace(s) a previous run left")),
+        "{}",
+        tail(&c.log())
+    );
+    c.wait_running(&["p"]);
+    let ip = c.jsonpath("pod", "p", "{.status.podIP}");
+    assert!(ip.starts_with("10.244."), "{ip}");
+    assert_eq!(namespaces(&prefix).len(), 3, "{:?}", namespaces(&prefix));
+    c.sigterm();
+    assert!(
+        eventually(10, || namespaces(&prefix).is_empty()
+            && processes(&dir).is_empty()),
+        "left behind: {:?} {:?}",
+        namespaces(&prefix),
+        processes(&dir)
+    );
+}
