@@ -52,11 +52,12 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 
 /// Serves the operations endpoints until the task is dropped.
 pub async fn serve(listener: TcpListener, index: Arc<SharedIndex>, metrics: Arc<Metrics>) {
+    // Probes and scrapes are few: a small cap keeps a flood from taking DNS's descriptors.
+    let limit = ferry_limits::ConnLimiter::new("dns-ops", 64);
+    let mut acceptor = ferry_limits::Acceptor::new("dns-ops");
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+        let permit = limit.acquire(|_| {}).await;
+        let (stream, _) = acceptor.accept(&listener).await;
         let index = index.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
@@ -64,9 +65,13 @@ pub async fn serve(listener: TcpListener, index: Arc<SharedIndex>, metrics: Arc<
                 let r = respond(&index, &metrics, req.uri().path());
                 async move { Ok::<_, Infallible>(r) }
             });
+            // A client that never finishes its request headers does not hold a slot.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10))
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
+            drop(permit);
         });
     }
 }
