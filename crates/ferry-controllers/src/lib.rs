@@ -2,6 +2,7 @@
 //! API server or any kube-apiserver, under leader election through a `coordination.k8s.io/v1`
 //! Lease, as kube-controller-manager does.
 
+pub mod identity;
 pub mod leader;
 pub mod lifecycle;
 pub mod services;
@@ -23,6 +24,8 @@ pub struct ControllersArgs {
     pub services: services::ServiceArgs,
     #[command(flatten)]
     pub lifecycle: lifecycle::LifecycleArgs,
+    #[command(flatten)]
+    pub identity: identity::IdentityArgs,
 }
 
 /// A kube client from the kubeconfig flag.
@@ -46,16 +49,19 @@ pub async fn run(
     let client = client(args.kubeconfig.as_deref()).await?;
     let work_client = client.clone();
     let a = args.clone();
+    let root_ca = identity::root_ca(&args.identity, args.kubeconfig.as_deref());
     leader::run_elected(
         client,
         args.leader.clone(),
         move |stop| {
             let client = work_client.clone();
             let a = a.clone();
+            let root_ca = root_ca.clone();
             async move {
-                let (s, l) = tokio::join!(
+                let (s, l, ()) = tokio::join!(
                     services::run(client.clone(), a.services.clone(), stop.clone()),
-                    lifecycle::run(client, a.lifecycle.clone(), stop)
+                    lifecycle::run(client.clone(), a.lifecycle.clone(), stop.clone()),
+                    identity::run(client, root_ca, stop)
                 );
                 s.and(l)
             }
