@@ -82,6 +82,16 @@ impl Reply {
         }
         self
     }
+    /// Puts `w` before the warnings the reply already has.
+    pub fn add_warnings(mut self, mut w: Vec<String>) -> Reply {
+        if let Reply::Json { warnings, .. } = &mut self
+            && !w.is_empty()
+        {
+            w.append(warnings);
+            *warnings = w;
+        }
+        self
+    }
 }
 
 pub type ApiResult = Result<Reply, ApiError>;
@@ -115,6 +125,40 @@ fn field_validation(q: &Query) -> Result<FieldValidation, ApiError> {
         Some(v) => Err(ApiError::bad_request(format!(
             "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {v:?}"
         ))),
+    }
+}
+
+/// Duplicate keys in a JSON create or update body (upstream's strict decoding): 400 under
+/// `fieldValidation=Strict`, warnings under `Warn` (the default), nothing under `Ignore`.
+pub fn duplicate_fields(
+    res: &Resource,
+    q: &Query,
+    content_type: &str,
+    body: &[u8],
+) -> Result<Vec<String>, ApiError> {
+    let ct = content_type.split(';').next().unwrap_or("").trim();
+    if !matches!(ct, "" | "application/json" | "*/*") {
+        return Ok(Vec::new());
+    }
+    let dups = crate::strict::duplicate_fields(body);
+    if dups.is_empty() {
+        return Ok(Vec::new());
+    }
+    let msgs: Vec<String> = dups
+        .iter()
+        .map(|d| format!("duplicate field \"{d}\""))
+        .collect();
+    let info = res.info();
+    match field_validation(q)? {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            info.kind,
+            info.version,
+            info.kind,
+            msgs.join(", ")
+        ))),
+        FieldValidation::Warn => Ok(msgs),
+        FieldValidation::Ignore => Ok(Vec::new()),
     }
 }
 
@@ -1110,6 +1154,13 @@ impl Api {
                     }
                 }
             };
+            // A patch may not rename or move the object (upstream: 400 BadRequest).
+            check_name_matches(
+                &patched,
+                p.name.as_deref().unwrap_or(""),
+                p.namespace.as_deref(),
+                info,
+            )?;
             let mut w = Vec::new();
             let decoded = self.decode_body(res, patched, q, &mut w)?;
             if let Ok(mut cell) = warnings_cell.lock() {

@@ -20,6 +20,7 @@ pub mod rv;
 pub mod secret;
 pub mod server;
 pub mod status;
+pub mod strict;
 pub mod table;
 pub mod watch;
 

@@ -335,15 +335,17 @@ impl Server {
                 api.bind_pod(&res, &rp, q, v).await
             }
             (&Method::POST, false) => {
+                let dups = crate::api::duplicate_fields(&res, q, content_type, &body)?;
                 let v = crate::body::decode(content_type, &body)?;
-                api.create(&res, &rp, q, v).await
+                Ok(api.create(&res, &rp, q, v).await?.add_warnings(dups))
             }
             (&Method::PUT, true) => {
+                let dups = crate::api::duplicate_fields(&res, q, content_type, &body)?;
                 let v = crate::body::decode(content_type, &body)?;
                 match sub {
                     Some("scale") => api.update_scale(&res, &rp, q, v).await,
                     Some("finalize") => api.finalize_namespace(&res, &rp, q, v).await,
-                    _ => api.update(&res, &rp, q, v).await,
+                    _ => Ok(api.update(&res, &rp, q, v).await?.add_warnings(dups)),
                 }
             }
             (&Method::PATCH, true) => api.patch(&res, &rp, q, content_type, &body).await,

@@ -115,3 +115,11 @@ fn paged_list_is_a_snapshot_and_watch_loses_nothing() {
     let out = f.python(include_str!("python/paged_watch.py"), &[]);
     assert!(out.contains("OK"), "{out}");
 }
+
+/// Issue 15: a patch may not rename or move an object; duplicate JSON keys under Strict are 400.
+#[test]
+fn patch_cannot_rename_and_strict_refuses_duplicate_keys() {
+    let f = Ferry::start();
+    let out = f.python(include_str!("python/strict_writes.py"), &[]);
+    assert!(out.contains("OK"), "{out}");
+}
