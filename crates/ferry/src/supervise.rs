@@ -37,7 +37,7 @@ pub enum State {
 /// A component's state, shared with its readiness check.
 #[derive(Clone)]
 pub struct Component {
-    pub name: &'static str,
+    pub name: Arc<str>,
     state: Arc<Mutex<State>>,
 }
 
@@ -57,13 +57,14 @@ pub fn add_check(name: &str, f: impl Fn() -> Result<(), String> + Send + Sync + 
 
 impl Component {
     /// A component; its state is a readiness check of the same name.
-    pub fn new(name: &'static str) -> Self {
+    pub fn new(name: impl Into<String>) -> Self {
+        let name: Arc<str> = Arc::from(name.into());
         let c = Component {
-            name,
+            name: name.clone(),
             state: Arc::new(Mutex::new(State::Running)),
         };
         let me = c.clone();
-        add_check(name, move || me.check());
+        add_check(&name, move || me.check());
         c
     }
     pub fn state(&self) -> State {
@@ -121,7 +122,7 @@ where
             };
             let d = restart_delay(delay, started.elapsed());
             delay = Some(d);
-            tracing::error!(component = component.name, restart_in = ?d, "{reason}");
+            tracing::error!(component = %component.name, restart_in = ?d, "{reason}");
             component.set(State::Failed(format!("{reason}; restarting in {d:?}")));
             tokio::select! {
                 _ = stop.cancelled() => {
@@ -130,7 +131,7 @@ where
                 }
                 _ = tokio::time::sleep(d) => {}
             }
-            tracing::info!(component = component.name, "restarting");
+            tracing::info!(component = %component.name, "restarting");
         }
     })
 }

@@ -318,11 +318,11 @@ pub async fn start_services(
         agent.pod_cidr = block;
     }
     let stop = shutdown.clone();
-    let agent_task = tokio::spawn(async move {
-        if let Err(e) = ferry_node::run(agent, stop.cancelled_owned()).await {
-            tracing::error!("node agent stopped: {e:#}");
-        }
-    });
+    let agent_task = crate::supervise::spawn(
+        crate::supervise::Component::new("ferry-agent"),
+        shutdown.clone(),
+        move || ferry_node::run(agent.clone(), stop.clone().cancelled_owned()),
+    );
 
     start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
     // The loopback pod network cannot isolate pods: every NetworkPolicy gets a Warning Event
@@ -474,11 +474,11 @@ async fn start_netns(
             agent.cni_bin_dir = a.cni_bin_dir.clone();
         }
         let stop = shutdown.clone();
-        services.agents.push(tokio::spawn(async move {
-            if let Err(e) = ferry_node::run(agent, stop.cancelled_owned()).await {
-                tracing::error!("node agent stopped: {e:#}");
-            }
-        }));
+        services.agents.push(crate::supervise::spawn(
+            crate::supervise::Component::new(format!("ferry-agent-{}", node.name)),
+            shutdown.clone(),
+            move || ferry_node::run(agent.clone(), stop.clone().cancelled_owned()),
+        ));
 
         // The node's service proxy and DNS listeners, inside its namespace. The kube client is
         // made here: its connections to the API server (on loopback) are made by this runtime.
@@ -502,12 +502,18 @@ async fn start_netns(
                 "--node-ip".into(),
                 ips.join(","),
                 format!("--healthz-bind-address={healthz}"),
+                // The process's proxy budget, shared by the nodes' proxies.
+                format!(
+                    "--max-connections={}",
+                    (budget().proxy / plan.nodes.len().max(1)).max(16)
+                ),
             ])
             .context("proxy arguments")?
             .p
         };
         let stop = shutdown.clone();
         let dns = dns.clone();
+        let nodes = plan.nodes.len().max(1);
         let dns_listen = std::net::SocketAddr::new(dns_ip, 53);
         let name = node.name.clone();
         services.threads.push(netns::spawn_runtime(
@@ -525,6 +531,7 @@ async fn start_netns(
                 let mut dns_task = None;
                 if let Some((index, metrics, mut cfg)) = dns {
                     cfg.listen = dns_listen;
+                    cfg.tcp.max_connections = (budget().dns_tcp / nodes).max(16);
                     match ferry_dns::server::Server::bind(cfg, index, metrics).await {
                         Ok(server) => {
                             let stop = stop.clone();
