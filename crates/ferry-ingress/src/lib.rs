@@ -161,18 +161,9 @@ pub async fn start_with_client(
     }));
     let tls_config = Arc::new(tls::server_config(resolver.clone()));
 
-    let running = match &args.netns {
-        None => serve_here(shared.clone(), http, https, tls_config, stop.clone()).await?,
-        Some(ns) => serve_in_netns(
-            ns.clone(),
-            args.netns_threads.max(1),
-            shared.clone(),
-            http,
-            https,
-            tls_config,
-            stop.clone(),
-        )?,
-    };
+    let netns = args.netns.clone().map(|p| (p, args.netns_threads.max(1)));
+    let running =
+        serve_data_path(shared.clone(), http, https, tls_config, netns, stop.clone()).await?;
 
     let publish = args.publish_address.clone().or_else(|| {
         running
@@ -205,6 +196,29 @@ pub async fn start_with_client(
     };
     tokio::spawn(controller::run(client, shared, resolver, settings, stop));
     Ok(running)
+}
+
+/// Starts the listeners of the data path: here, or — with `netns` (path, worker threads) — on
+/// threads inside that network namespace. Returns once listening.
+pub async fn serve_data_path(
+    shared: Arc<proxy::Shared>,
+    http: Option<SocketAddr>,
+    https: Option<SocketAddr>,
+    tls_config: Arc<rustls::ServerConfig>,
+    netns: Option<(PathBuf, usize)>,
+    stop: CancellationToken,
+) -> Result<Running, Error> {
+    match netns {
+        None => serve_here(shared, http, https, tls_config, stop).await,
+        Some((path, threads)) => {
+            // The namespace thread reports through a blocking channel.
+            tokio::task::spawn_blocking(move || {
+                serve_in_netns(path, threads, shared, http, https, tls_config, stop)
+            })
+            .await
+            .map_err(|e| Error::Netns("(thread)".into(), e.to_string()))?
+        }
+    }
 }
 
 async fn serve_here(
