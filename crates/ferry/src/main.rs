@@ -54,6 +54,19 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
     },
+    /// Issue a node agent's serving certificate from the cluster CA of a data directory (for
+    /// `ferry agent --tls-cert-file/--tls-private-key-file/--client-ca-file` on another machine).
+    AgentCertificate {
+        /// The data directory of the API server (its `pki/ca.key` signs).
+        #[arg(long, default_value = "./.ferry")]
+        data_dir: PathBuf,
+        /// The node's name.
+        #[arg(long)]
+        node_name: String,
+        /// The node's addresses, where the API server dials the agent (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        node_ip: Vec<std::net::IpAddr>,
+    },
     /// Run one of the built-in container images (used by the node agent).
     #[command(hide = true)]
     BuiltinImage {
@@ -199,6 +212,20 @@ fn main() -> Result<()> {
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
             Command::Netpol(a) => ferry_netpol::run(a).await,
             Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
+            Command::AgentCertificate {
+                data_dir,
+                node_name,
+                node_ip,
+            } => {
+                let t = ferry_apiserver::pki::issue_agent_serving(&data_dir, &node_name, &node_ip)?;
+                println!(
+                    "--tls-cert-file={} --tls-private-key-file={} --client-ca-file={}",
+                    t.cert_file.display(),
+                    t.key_file.display(),
+                    t.ca_file.display()
+                );
+                Ok(())
+            }
             Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
             Command::ExecNet {
                 data_dir,
