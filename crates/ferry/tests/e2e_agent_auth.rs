@@ -131,4 +131,78 @@ fn agent_endpoint_of_ferry_up_serves_only_the_api_server() {
         !log.contains(&token),
         "the admin token appeared in ferry's log"
     );
+
+    // A standalone `ferry agent` without client authentication refuses to start...
+    let state = tempfile::tempdir().expect("state dir");
+    let kubeconfig = f.kubeconfig.display().to_string();
+    let agent = |extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ferry"));
+        c.args([
+            "agent",
+            "--kubeconfig",
+            &kubeconfig,
+            "--node-name",
+            "standalone",
+        ])
+        .args(["--port", "0", "--pod-network", "loopback", "--state-dir"])
+        .arg(state.path())
+        .args(extra);
+        c
+    };
+    let out = agent(&[])
+        .env("FERRY_LOG", "warn")
+        .output()
+        .expect("ferry agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an open agent started:\n{stderr}");
+    assert!(
+        stderr.contains("refusing to serve the agent endpoint without client authentication"),
+        "{stderr}"
+    );
+
+    // ...and runs with a serving certificate from `ferry agent-certificate`, which the API
+    // server accepts (kubectl logs through it reaches the standalone agent).
+    let out = Command::new(env!("CARGO_BIN_EXE_ferry"))
+        .args(["agent-certificate", "--data-dir"])
+        .arg(f.dir.path())
+        .args(["--node-name", "standalone", "--node-ip", "127.0.0.1"])
+        .output()
+        .expect("ferry agent-certificate");
+    assert!(out.status.success(), "{out:?}");
+    let flags: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(flags.len(), 3, "{flags:?}");
+    let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut child = agent(&flag_refs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("ferry agent");
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "standalone-pod"},
+        "spec": {"nodeName": "standalone", "containers": [{"name": "c", "image": "busybox",
+        "command": ["sh", "-c", "echo from the standalone agent; sleep 3600"]}]}}"#;
+    let out = f.k_stdin("kubectl", &["create", "-f", "-"], pod);
+    assert!(out.status.success(), "{out:?}");
+    let ok = eventually(90, || {
+        let out = f.kubectl(&["logs", "standalone-pod"]);
+        String::from_utf8_lossy(&out.stdout).contains("from the standalone agent")
+    });
+    let _ = f.kubectl(&[
+        "delete",
+        "pod",
+        "standalone-pod",
+        "--grace-period=0",
+        "--force",
+    ]);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    assert!(
+        ok,
+        "kubectl logs never reached the standalone agent:\n{}",
+        f.log()
+    );
 }
