@@ -39,6 +39,17 @@ ROOTS = [
     ("networking.k8s.io/v1", "NetworkPolicy", "api/networking/v1", "NetworkPolicy"),
     ("coordination.k8s.io/v1", "Lease", "api/coordination/v1", "Lease"),
     ("events.k8s.io/v1", "Event", "api/events/v1", "Event"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "api/rbac/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", "api/rbac/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", "api/rbac/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role", "api/rbac/v1", "Role"),
+    ("authentication.k8s.io/v1", "TokenRequest", "api/authentication/v1", "TokenRequest"),
+    ("authentication.k8s.io/v1", "TokenReview", "api/authentication/v1", "TokenReview"),
+    ("authentication.k8s.io/v1", "SelfSubjectReview", "api/authentication/v1", "SelfSubjectReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", "api/authorization/v1", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SubjectAccessReview", "api/authorization/v1", "SubjectAccessReview"),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", "api/authorization/v1", "LocalSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", "api/authorization/v1", "SelfSubjectRulesReview"),
     ("meta.k8s.io/v1", "DeleteOptions", "apimachinery/pkg/apis/meta/v1", "DeleteOptions"),
 ]
 

@@ -22,6 +22,17 @@ pub(crate) static KINDS: &[(&str, &str, &Msg)] = &[
     ("networking.k8s.io/v1", "NetworkPolicy", &M_API_NETWORKING_V1_NETWORK_POLICY),
     ("coordination.k8s.io/v1", "Lease", &M_API_COORDINATION_V1_LEASE),
     ("events.k8s.io/v1", "Event", &M_API_EVENTS_V1_EVENT),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", &M_API_RBAC_V1_CLUSTER_ROLE_BINDING),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", &M_API_RBAC_V1_CLUSTER_ROLE),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", &M_API_RBAC_V1_ROLE_BINDING),
+    ("rbac.authorization.k8s.io/v1", "Role", &M_API_RBAC_V1_ROLE),
+    ("authentication.k8s.io/v1", "TokenRequest", &M_API_AUTHENTICATION_V1_TOKEN_REQUEST),
+    ("authentication.k8s.io/v1", "TokenReview", &M_API_AUTHENTICATION_V1_TOKEN_REVIEW),
+    ("authentication.k8s.io/v1", "SelfSubjectReview", &M_API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview", &M_API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SubjectAccessReview", &M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview", &M_API_AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview", &M_API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW),
     ("meta.k8s.io/v1", "DeleteOptions", &M_APIMACHINERY_APIS_META_V1_DELETE_OPTIONS),
 ];
 
@@ -200,6 +211,103 @@ pub(crate) static M_API_EVENTS_V1_EVENT: Msg = Msg {
         Field { tag: 13, json: "deprecatedFirstTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
         Field { tag: 14, json: "deprecatedLastTimestamp", ty: Ty::Time, card: Card::Single, flags: OMIT },
         Field { tag: 15, json: "deprecatedCount", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_CLUSTER_ROLE_BINDING: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.ClusterRoleBinding",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "subjects", ty: Ty::Message(&M_API_RBAC_V1_SUBJECT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "roleRef", ty: Ty::Message(&M_API_RBAC_V1_ROLE_REF), card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_CLUSTER_ROLE: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.ClusterRole",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "rules", ty: Ty::Message(&M_API_RBAC_V1_POLICY_RULE), card: Card::Repeated, flags: 0 },
+        Field { tag: 3, json: "aggregationRule", ty: Ty::Message(&M_API_RBAC_V1_AGGREGATION_RULE), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_ROLE_BINDING: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.RoleBinding",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "subjects", ty: Ty::Message(&M_API_RBAC_V1_SUBJECT), card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "roleRef", ty: Ty::Message(&M_API_RBAC_V1_ROLE_REF), card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_ROLE: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.Role",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "rules", ty: Ty::Message(&M_API_RBAC_V1_POLICY_RULE), card: Card::Repeated, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REQUEST: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenRequest",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHENTICATION_V1_TOKEN_REQUEST_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHENTICATION_V1_TOKEN_REQUEST_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHENTICATION_V1_TOKEN_REVIEW_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHENTICATION_V1_TOKEN_REVIEW_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.SelfSubjectReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "status", ty: Ty::Message(&M_API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SubjectAccessReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_LOCAL_SUBJECT_ACCESS_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.LocalSubjectAccessReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SelfSubjectRulesReview",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS), card: Card::Single, flags: OMIT },
     ],
 };
 
@@ -566,6 +674,132 @@ pub(crate) static M_API_EVENTS_V1_EVENT_SERIES: Msg = Msg {
     fields: &[
         Field { tag: 1, json: "count", ty: Ty::Int32, card: Card::Single, flags: 0 },
         Field { tag: 2, json: "lastObservedTime", ty: Ty::MicroTime, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_SUBJECT: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.Subject",
+    fields: &[
+        Field { tag: 1, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "namespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_ROLE_REF: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.RoleRef",
+    fields: &[
+        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_POLICY_RULE: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.PolicyRule",
+    fields: &[
+        Field { tag: 1, json: "verbs", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "apiGroups", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "resources", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "resourceNames", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "nonResourceURLs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_RBAC_V1_AGGREGATION_RULE: Msg = Msg {
+    name: "io.k8s.api.rbac.v1.AggregationRule",
+    fields: &[
+        Field { tag: 1, json: "clusterRoleSelectors", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REQUEST_SPEC: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenRequestSpec",
+    fields: &[
+        Field { tag: 1, json: "audiences", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 4, json: "expirationSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR },
+        Field { tag: 3, json: "boundObjectRef", ty: Ty::Message(&M_API_AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE), card: Card::Single, flags: PTR },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REQUEST_STATUS: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenRequestStatus",
+    fields: &[
+        Field { tag: 1, json: "token", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "expirationTimestamp", ty: Ty::Time, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REVIEW_SPEC: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenReviewSpec",
+    fields: &[
+        Field { tag: 1, json: "token", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "audiences", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_TOKEN_REVIEW_STATUS: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.TokenReviewStatus",
+    fields: &[
+        Field { tag: 1, json: "authenticated", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "user", ty: Ty::Message(&M_API_AUTHENTICATION_V1_USER_INFO), card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "audiences", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "error", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_SELF_SUBJECT_REVIEW_STATUS: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.SelfSubjectReviewStatus",
+    fields: &[
+        Field { tag: 1, json: "userInfo", ty: Ty::Message(&M_API_AUTHENTICATION_V1_USER_INFO), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SELF_SUBJECT_ACCESS_REVIEW_SPEC: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SelfSubjectAccessReviewSpec",
+    fields: &[
+        Field { tag: 1, json: "resourceAttributes", ty: Ty::Message(&M_API_AUTHORIZATION_V1_RESOURCE_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "nonResourceAttributes", ty: Ty::Message(&M_API_AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_STATUS: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SubjectAccessReviewStatus",
+    fields: &[
+        Field { tag: 1, json: "allowed", ty: Ty::Bool, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "denied", ty: Ty::Bool, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "evaluationError", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SUBJECT_ACCESS_REVIEW_SPEC: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SubjectAccessReviewSpec",
+    fields: &[
+        Field { tag: 1, json: "resourceAttributes", ty: Ty::Message(&M_API_AUTHORIZATION_V1_RESOURCE_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "nonResourceAttributes", ty: Ty::Message(&M_API_AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "user", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "groups", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "extra", ty: Ty::Message(&M_API_AUTHORIZATION_V1_EXTRA_VALUE), card: Card::Map, flags: OMIT },
+        Field { tag: 6, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SELF_SUBJECT_RULES_REVIEW_SPEC: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SelfSubjectRulesReviewSpec",
+    fields: &[
+        Field { tag: 1, json: "namespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_SUBJECT_RULES_REVIEW_STATUS: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.SubjectRulesReviewStatus",
+    fields: &[
+        Field { tag: 1, json: "resourceRules", ty: Ty::Message(&M_API_AUTHORIZATION_V1_RESOURCE_RULE), card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "nonResourceRules", ty: Ty::Message(&M_API_AUTHORIZATION_V1_NON_RESOURCE_RULE), card: Card::Repeated, flags: 0 },
+        Field { tag: 3, json: "incomplete", ty: Ty::Bool, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "evaluationError", ty: Ty::String, card: Card::Single, flags: OMIT },
     ],
 };
 
@@ -1124,6 +1358,74 @@ pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_EGRESS_RULE: Msg = Msg {
     ],
 };
 
+pub(crate) static M_API_AUTHENTICATION_V1_BOUND_OBJECT_REFERENCE: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.BoundObjectReference",
+    fields: &[
+        Field { tag: 1, json: "kind", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "apiVersion", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_USER_INFO: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.UserInfo",
+    fields: &[
+        Field { tag: 1, json: "username", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "uid", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "groups", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "extra", ty: Ty::Message(&M_API_AUTHENTICATION_V1_EXTRA_VALUE), card: Card::Map, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_RESOURCE_ATTRIBUTES: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.ResourceAttributes",
+    fields: &[
+        Field { tag: 1, json: "namespace", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "verb", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "group", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "version", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "resource", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "subresource", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "name", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "fieldSelector", ty: Ty::Message(&M_API_AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "labelSelector", ty: Ty::Message(&M_API_AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_NON_RESOURCE_ATTRIBUTES: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.NonResourceAttributes",
+    fields: &[
+        Field { tag: 1, json: "path", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "verb", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_EXTRA_VALUE: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.ExtraValue",
+    fields: &[
+        Field { tag: 1, json: "items", ty: Ty::String, card: Card::Repeated, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_RESOURCE_RULE: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.ResourceRule",
+    fields: &[
+        Field { tag: 1, json: "verbs", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "apiGroups", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "resources", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "resourceNames", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_NON_RESOURCE_RULE: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.NonResourceRule",
+    fields: &[
+        Field { tag: 1, json: "verbs", ty: Ty::String, card: Card::Repeated, flags: 0 },
+        Field { tag: 2, json: "nonResourceURLs", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
 pub(crate) static M_API_CORE_V1_CONFIG_MAP_NODE_CONFIG_SOURCE: Msg = Msg {
     name: "io.k8s.api.core.v1.ConfigMapNodeConfigSource",
     fields: &[
@@ -1553,6 +1855,29 @@ pub(crate) static M_API_NETWORKING_V1_NETWORK_POLICY_PEER: Msg = Msg {
         Field { tag: 1, json: "podSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
         Field { tag: 2, json: "namespaceSelector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
         Field { tag: 3, json: "ipBlock", ty: Ty::Message(&M_API_NETWORKING_V1_IP_BLOCK), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHENTICATION_V1_EXTRA_VALUE: Msg = Msg {
+    name: "io.k8s.api.authentication.v1.ExtraValue",
+    fields: &[
+        Field { tag: 1, json: "items", ty: Ty::String, card: Card::Repeated, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_FIELD_SELECTOR_ATTRIBUTES: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.FieldSelectorAttributes",
+    fields: &[
+        Field { tag: 1, json: "rawSelector", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "requirements", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_FIELD_SELECTOR_REQUIREMENT), card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_AUTHORIZATION_V1_LABEL_SELECTOR_ATTRIBUTES: Msg = Msg {
+    name: "io.k8s.api.authorization.v1.LabelSelectorAttributes",
+    fields: &[
+        Field { tag: 1, json: "rawSelector", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "requirements", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR_REQUIREMENT), card: Card::Repeated, flags: OMIT },
     ],
 };
 
@@ -2040,6 +2365,15 @@ pub(crate) static M_API_NETWORKING_V1_IP_BLOCK: Msg = Msg {
     fields: &[
         Field { tag: 1, json: "cidr", ty: Ty::String, card: Card::Single, flags: 0 },
         Field { tag: 2, json: "except", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_APIMACHINERY_APIS_META_V1_FIELD_SELECTOR_REQUIREMENT: Msg = Msg {
+    name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
+    fields: &[
+        Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "values", ty: Ty::String, card: Card::Repeated, flags: OMIT },
     ],
 };
 
