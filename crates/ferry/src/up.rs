@@ -516,6 +516,15 @@ async fn start_netns(
         let nodes = plan.nodes.len().max(1);
         let dns_listen = std::net::SocketAddr::new(dns_ip, 53);
         let name = node.name.clone();
+        // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
+        // namespace, kept in line by watches and one sync loop.
+        let netpol_client = proxy_client.clone();
+        let netpol_cfg = ferry_netpol::agent::AgentConfig::new(
+            node.name.clone(),
+            ferry_netpol::apply::Target {
+                netns: Some(node_ns.clone()),
+            },
+        );
         services.threads.push(netns::spawn_runtime(
             node_ns,
             format!("node-{}", i + 1),
@@ -528,6 +537,8 @@ async fn start_netns(
                             None
                         }
                     };
+                let _netpol =
+                    ferry_netpol::agent::start(netpol_client, netpol_cfg, stop.child_token());
                 let mut dns_task = None;
                 if let Some((index, metrics, mut cfg)) = dns {
                     cfg.listen = dns_listen;
