@@ -1,9 +1,10 @@
 //! Request bodies: JSON, YAML and Kubernetes protobuf, read and decoded within bounds.
 //!
-//! * A body is read into memory only up to [`MAX_REQUEST_BODY_BYTES`] (kube-apiserver's
+//! * A body is kept in memory only up to [`MAX_REQUEST_BODY_BYTES`] (kube-apiserver's
 //!   `MaxRequestBodyBytes`, 3 MiB); a longer one (or one that declares a longer
 //!   `Content-Length`) is `413 RequestEntityTooLarge`, "Request entity too large: limit is
-//!   3145728", before anything is decoded.
+//!   3145728", before anything is decoded. The rest of it is read and dropped (up to
+//!   [`MAX_DISCARD_BYTES`]) so that the client reads the 413.
 //! * A decoded document may nest at most [`ferry_api::decode::MAX_DEPTH`] levels: JSON stops
 //!   at 128 while parsing, YAML's parser stops at the limit, and every decoded document is
 //!   measured (`400 BadRequest` beyond it).
@@ -12,7 +13,7 @@
 //!   [`MAX_YAML_REPLAYED_EVENTS`] replayed events instead of being expanded.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::status::ApiError;
@@ -47,6 +48,11 @@ where
     read_limited_to(body, content_length, MAX_REQUEST_BODY_BYTES).await
 }
 
+/// How much of an over-long body is read and thrown away (never kept) so that the client,
+/// still sending, gets to read its 413 rather than a reset connection or stream. A body longer
+/// than the limit plus this is cut off.
+pub const MAX_DISCARD_BYTES: u64 = 4 * MAX_REQUEST_BODY_BYTES as u64;
+
 /// [`read_limited`] with an explicit limit.
 pub async fn read_limited_to<B>(
     body: B,
@@ -57,16 +63,37 @@ where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    if content_length.is_some_and(|n| n > limit as u64) {
+    let limit64 = limit as u64;
+    if content_length.is_some_and(|n| n > limit64.saturating_add(MAX_DISCARD_BYTES)) {
         return Err(too_large(limit));
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(limit)),
-        Err(e) => Err(ApiError::bad_request(format!(
-            "error reading the request body: {e}"
-        ))),
+    let mut over = content_length.is_some_and(|n| n > limit64);
+    let mut kept = bytes::BytesMut::new();
+    let mut seen: u64 = 0;
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::bad_request(format!("error reading the request body: {}", e.into()))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len() as u64);
+        if seen > limit64 && !over {
+            over = true;
+            kept = bytes::BytesMut::new();
+        }
+        if !over {
+            kept.extend_from_slice(&data);
+        }
+        if seen > limit64.saturating_add(MAX_DISCARD_BYTES) {
+            break;
+        }
     }
+    if over {
+        return Err(too_large(limit));
+    }
+    Ok(kept.freeze())
 }
 
 /// The `Content-Length` a request declares, if any.

@@ -40,7 +40,11 @@ fn curl(f: &Ferry, method: &str, path: &str, content_type: &str, body: &[u8]) ->
         .expect("curl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
+    let code = code.trim().parse().unwrap_or(0);
+    if code == 0 {
+        return (0, String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    (code, body.to_string())
 }
 
 /// The process's peak resident set (VmHWM), in bytes.
@@ -124,12 +128,16 @@ fn bounded_patches_and_private_files() {
     let (code, body) = curl(&f, "POST", CM, "application/json", &vec![b' '; 4 * 1024 * 1024]);
     assert_eq!(code, 413, "{body}");
     assert_eq!(json(&body)["message"], "Request entity too large: limit is 3145728");
-    let big = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "too-big"}, "data": {"a": "y".repeat(2_000_000)}});
-    let (code, body) = curl(&f, "POST", CM, "application/json", &serde_json::to_vec(&big).unwrap());
+    // (A Pod: ConfigMaps and Secrets are held to 1 MiB by validation first.)
+    let big = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "too-big"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "args": ["y".repeat(2_000_000)]}]}});
+    let pods = "/api/v1/namespaces/default/pods";
+    let (code, body) =
+        curl(&f, "POST", pods, "application/json", &serde_json::to_vec(&big).unwrap());
     assert_eq!(code, 413, "{body}");
     assert_eq!(json(&body)["message"], "Request entity too large: limit is 1572864");
-    let out = f.kubectl(&["get", "configmap", "too-big"]);
+    let out = f.kubectl(&["get", "pod", "too-big"]);
     assert!(!out.status.success());
     // Growing an object past the limit by a merge patch is refused the same way.
     let grow = serde_json::json!({"data": {"big": "z".repeat(1_600_000)}});
