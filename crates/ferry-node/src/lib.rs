@@ -17,6 +17,7 @@ pub mod node;
 pub mod podstate;
 pub mod runtime;
 pub mod server;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -335,6 +335,9 @@ impl PodDirs {
     fn hosts(&self) -> PathBuf {
         self.root.join("hosts")
     }
+    fn volume(&self, name: &str) -> PathBuf {
+        self.root.join("volumes").join(name)
+    }
     fn logs(&self, container: &str) -> PathBuf {
         self.root.join("logs").join(container)
     }
@@ -502,6 +505,51 @@ async fn pod_worker(
         dns::etc_hosts(&pod, &status.pod_ips, &rt.cluster_dns.domain)
     };
     tokio::fs::write(dirs.hosts(), hosts).await?;
+
+    // Volumes: populated before any container starts; a missing Secret or ConfigMap keeps the
+    // pod ContainerCreating with FailedMount Events, retried with back-off (as kubelet).
+    if spec.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
+        let mut attempt: u32 = 0;
+        loop {
+            match sync_volumes(&rt, &pod, &dirs).await {
+                Ok(()) => break,
+                Err(msg) => {
+                    rt.event(&pod, "Warning", "FailedMount", &msg).await;
+                    if attempt == 0 {
+                        status.push(&pods, &name, false, false).await;
+                    }
+                    let delay = Duration::from_secs((1u64 << attempt.min(4)).min(16));
+                    attempt += 1;
+                    let deleted = tokio::select! {
+                        _ = tokio::time::sleep(delay) => false,
+                        _ = gone.cancelled() => true,
+                        r = rx.changed() => r.is_err() || rx.borrow_and_update().metadata.deletion_timestamp.is_some(),
+                    };
+                    if deleted {
+                        wait_deletion(&mut rx, &gone).await;
+                        finish(&rt, &pods, &name, &uid, &dirs).await;
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        // Kept up to date while the pod runs (kubelet resyncs periodically too).
+        let (rt2, pod2, dirs2, gone2) = (rt.clone(), pod.clone(), dirs.clone(), gone.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = gone2.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                }
+                if !dirs2.root.exists() {
+                    return;
+                }
+                if let Err(e) = sync_volumes(&rt2, &pod2, &dirs2).await {
+                    tracing::debug!("volume resync: {e}");
+                }
+            }
+        });
+    }
     status.sandbox_ready = true;
 
     let (utx, mut urx) = mpsc::unbounded_channel();
@@ -949,6 +997,8 @@ struct Prepared {
     argv: Vec<String>,
     env: Vec<(String, String)>,
     working_dir: Option<String>,
+    /// Volume mounts: (source on the host, mountPath, read-only).
+    mounts: Vec<(PathBuf, String, bool)>,
 }
 
 async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (String, String)> {
@@ -994,22 +1044,52 @@ async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (String, String)>
         }
         Launch::Command(v) => v,
     };
+    let mounts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| {
+            let mut src = ctx.dirs.volume(&m.name);
+            if let Some(sp) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                src = src.join(sp);
+            }
+            (src, m.mount_path.clone(), m.read_only.unwrap_or(false))
+        })
+        .collect();
     Ok(Prepared {
         argv,
         env,
         working_dir: c.working_dir.clone(),
+        mounts,
     })
 }
 
 /// The command line that runs `argv` in the pod's context: as root, in a fresh mount + UTS
 /// namespace with the pod's resolv.conf and hosts bind-mounted and its hostname set.
-fn wrap(ctx: &Ctx, argv: &[String]) -> Vec<String> {
+fn wrap(ctx: &Ctx, argv: &[String], mounts: &[(PathBuf, String, bool)]) -> Vec<String> {
     if !ctx.shared.isolated {
         let mut v = ctx.enter.clone();
         v.extend(argv.iter().cloned());
         return v;
     }
-    let script = "mount --bind \"$1\" /etc/resolv.conf && mount --bind \"$2\" /etc/hosts && hostname \"$3\" && shift 3 && exec \"$@\"";
+    // Volumes are bind-mounted in the pod's mount namespace (a missing mount point is made
+    // first: processes share the host's file system).
+    let mut vols = String::new();
+    for (src, dst, ro) in mounts {
+        let (s, d) = (
+            crate::volumes::sh_quote(&src.display().to_string()),
+            crate::volumes::sh_quote(dst),
+        );
+        vols += &format!(
+            "{{ [ -e {d} ] || {{ if [ -d {s} ]; then mkdir -p {d}; else mkdir -p \"$(dirname {d})\" && : > {d}; fi; }}; }} && mount --bind {s} {d} && "
+        );
+        if *ro {
+            vols += &format!("mount -o remount,bind,ro {d} && ");
+        }
+    }
+    let script = format!(
+        "mount --bind \"$1\" /etc/resolv.conf && mount --bind \"$2\" /etc/hosts && hostname \"$3\" && {vols}shift 3 && exec \"$@\""
+    );
     let mut v: Vec<String> = ctx.enter.clone();
     v.extend([
         "unshare".into(),
@@ -1022,7 +1102,7 @@ fn wrap(ctx: &Ctx, argv: &[String]) -> Vec<String> {
         "--".into(),
         "sh".into(),
         "-c".into(),
-        script.into(),
+        script,
         "sh".into(),
         ctx.dirs.resolv().display().to_string(),
         ctx.dirs.hosts().display().to_string(),
@@ -1033,7 +1113,7 @@ fn wrap(ctx: &Ctx, argv: &[String]) -> Vec<String> {
 }
 
 fn spawn(ctx: &Ctx, p: &Prepared, log: &std::path::Path) -> std::io::Result<tokio::process::Child> {
-    let argv = wrap(ctx, &p.argv);
+    let argv = wrap(ctx, &p.argv, &p.mounts);
     let (prog, rest) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
@@ -1411,6 +1491,142 @@ async fn terminate(child: &mut tokio::process::Child, grace: Duration) -> (i32, 
             exit_of(child.wait().await)
         }
     }
+}
+
+/// Objects a pod's volumes read, fetched from the API.
+struct VolumeObjects {
+    cms: HashMap<String, BTreeMap<String, Vec<u8>>>,
+    secrets: HashMap<String, BTreeMap<String, Vec<u8>>>,
+    tokens: HashMap<(String, i64), Result<String, String>>,
+}
+
+impl crate::volumes::Lookup for VolumeObjects {
+    fn config_map(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+        self.cms.get(name).cloned()
+    }
+    fn secret(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+        self.secrets.get(name).cloned()
+    }
+    fn token(&self, audience: &str, exp: i64) -> Result<String, String> {
+        self.tokens
+            .get(&(audience.to_string(), exp))
+            .cloned()
+            .unwrap_or_else(|| Err("token not requested".into()))
+    }
+}
+
+/// A bound ServiceAccount token through the TokenRequest API, as kubelet asks for projected
+/// volumes (bound to the pod).
+async fn request_token(
+    client: &kube::Client,
+    pod: &Pod,
+    audience: &str,
+    exp: i64,
+) -> Result<String, String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let body = json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {
+            "audiences": if audience.is_empty() { json!([]) } else { json!([audience]) },
+            "expirationSeconds": exp,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                "name": pod.metadata.name, "uid": pod.metadata.uid},
+        }
+    });
+    let req = http::Request::post(format!(
+        "/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"
+    ))
+    .header("content-type", "application/json")
+    .body(body.to_string().into_bytes())
+    .map_err(|e| e.to_string())?;
+    let v: Value = client
+        .request(req)
+        .await
+        .map_err(|e| format!("failed to fetch token: {e}"))?;
+    v.pointer("/status/token")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or_else(|| "failed to fetch token: no token in the answer".to_string())
+}
+
+/// Renders and writes every volume of the pod; the first failure, as kubelet words it.
+async fn sync_volumes(rt: &Runtime, pod: &Pod, dirs: &PodDirs) -> Result<(), String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let refs = crate::volumes::references(pod);
+    let mut objs = VolumeObjects {
+        cms: HashMap::new(),
+        secrets: HashMap::new(),
+        tokens: HashMap::new(),
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(rt.client.clone(), &ns);
+    for n in &refs.config_maps {
+        match cms.get_opt(n).await {
+            Ok(Some(cm)) => {
+                let mut d: BTreeMap<String, Vec<u8>> = cm
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()))
+                    .collect();
+                for (k, v) in cm.binary_data.unwrap_or_default() {
+                    d.insert(k, v.0);
+                }
+                objs.cms.insert(n.clone(), d);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("fetching configmap {n:?}: {e}")),
+        }
+    }
+    let secrets: Api<Secret> = Api::namespaced(rt.client.clone(), &ns);
+    for n in &refs.secrets {
+        match secrets.get_opt(n).await {
+            Ok(Some(s)) => {
+                let mut d: BTreeMap<String, Vec<u8>> = s
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect();
+                for (k, v) in s.string_data.unwrap_or_default() {
+                    d.insert(k, v.into_bytes());
+                }
+                objs.secrets.insert(n.clone(), d);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(format!("fetching secret {n:?}: {e}")),
+        }
+    }
+    for (aud, exp) in &refs.tokens {
+        let t = request_token(&rt.client, pod, aud, *exp).await;
+        objs.tokens.insert((aud.clone(), *exp), t);
+    }
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let dir = dirs.volume(&v.name);
+        let fail = |e: String| format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name);
+        match crate::volumes::render(v, pod, &objs).map_err(fail)? {
+            Some(files) => {
+                crate::volumes::write_atomic(&dir, &files).map_err(|e| fail(e.to_string()))?;
+            }
+            None => {
+                tokio::fs::create_dir_all(&dir)
+                    .await
+                    .map_err(|e| fail(e.to_string()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Connects for a probe from the node's network (as kubelet probes from the host).

@@ -593,3 +593,285 @@ fn kill9_then_restart_leaves_nothing_behind() {
         processes(&dir)
     );
 }
+
+const NGINX_DEFAULT_CONF: &str = r#"server {
+        listen 80 default_server;
+        listen [::]:80 default_server ipv6only=on;
+
+        listen 443 ssl;
+
+        root /usr/share/nginx/html;
+        index index.html;
+
+        server_name localhost;
+        ssl_certificate /etc/nginx/ssl/tls.crt;
+        ssl_certificate_key /etc/nginx/ssl/tls.key;
+
+        location / {
+                try_files $uri $uri/ =404;
+        }
+}
+"#;
+
+/// The seed's nginx-secure-app; the image `bprashanth/nginxhttps:1.0` stands for the machine's
+/// nginx, whose main configuration (a ConfigMap mounted over /etc/nginx/nginx.conf) includes
+/// the seed's `default.conf` from /etc/nginx/conf.d, with its pid file in an emptyDir.
+const NGINX_SECURE_APP: &str = r#"apiVersion: v1
+kind: Service
+metadata:
+  name: my-nginx
+  labels:
+    run: my-nginx
+spec:
+  type: NodePort
+  ports:
+  - port: 8080
+    targetPort: 80
+    protocol: TCP
+    name: http
+  - port: 443
+    protocol: TCP
+    name: https
+  selector:
+    run: my-nginx
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: my-nginx
+spec:
+  selector:
+    matchLabels:
+      run: my-nginx
+  replicas: 1
+  template:
+    metadata:
+      labels:
+        run: my-nginx
+    spec:
+      volumes:
+      - name: secret-volume
+        secret:
+          secretName: nginxsecret
+      - name: configmap-volume
+        configMap:
+          name: nginxconfigmap
+      - name: main
+        configMap:
+          name: nginx-main
+      - name: run
+        emptyDir: {}
+      containers:
+      - name: nginxhttps
+        image: bprashanth/nginxhttps:1.0
+        command: ["nginx", "-g", "daemon off;"]
+        ports:
+        - containerPort: 443
+        - containerPort: 80
+        volumeMounts:
+        - mountPath: /etc/nginx/ssl
+          name: secret-volume
+        - mountPath: /etc/nginx/conf.d
+          name: configmap-volume
+        - mountPath: /etc/nginx/nginx.conf
+          name: main
+          subPath: nginx.conf
+        - mountPath: /run/ferry-e2e-nginx
+          name: run
+"#;
+
+const NGINX_MAIN_CONF: &str = "worker_processes 1;\npid /run/ferry-e2e-nginx/nginx.pid;\n\
+error_log stderr;\nevents {}\nhttp {\n    access_log off;\n    include /etc/nginx/mime.types;\n\
+    include /etc/nginx/conf.d/*.conf;\n}\n";
+
+#[test]
+fn seed_004_nginx_https_and_volumes() {
+    if !usable() || !Path::new("/usr/sbin/nginx").exists() {
+        eprintln!("skipped: needs nginx");
+        return;
+    }
+    let mut c = Cluster::start(&[]);
+    let prefix = prefix_of(c.dir.path());
+    let dir = c.dir.path().display().to_string();
+    assert!(eventually(60, || {
+        let out = c.kubectl(&["get", "nodes", "--no-headers"], None);
+        String::from_utf8_lossy(&out.stdout).contains(" Ready ")
+    }));
+    // The Deployment first: its Secret is missing, so the pod waits in ContainerCreating with
+    // a FailedMount Event naming it.
+    c.apply(NGINX_SECURE_APP);
+    assert!(
+        eventually(60, || {
+            let out = c.kubectl(
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "reason=FailedMount",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+                None,
+            );
+            let msg = String::from_utf8_lossy(&out.stdout).to_string();
+            msg.contains("secret \"nginxsecret\" not found")
+        }),
+        "no FailedMount event:\n{}",
+        tail(&c.log())
+    );
+    let out = c.kubectl(
+        &["get", "pods", "-l", "run=my-nginx", "-o", "jsonpath={.items[0].metadata.name} {.items[0].status.containerStatuses[0].state.waiting.reason}"],
+        None,
+    );
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut it = line.split_whitespace();
+    let pod_name = it.next().unwrap_or_default().to_string();
+    assert_eq!(it.next(), Some("ContainerCreating"), "{line}");
+
+    // The seed's keys (openssl, CN=my-nginx) and ConfigMap; then the pod runs and HTTPS answers
+    // through the Service.
+    let tmp = c.dir.path().join("keys");
+    std::fs::create_dir_all(&tmp).expect("keys dir");
+    let st = Command::new("openssl")
+        .args([
+            "req", "-x509", "-nodes", "-days", "365", "-newkey", "rsa:2048", "-keyout",
+        ])
+        .arg(tmp.join("nginx.key"))
+        .arg("-out")
+        .arg(tmp.join("nginx.crt"))
+        .args(["-subj", "/CN=my-nginx/O=my-nginx"])
+        .output()
+        .expect("openssl");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    std::fs::write(tmp.join("default.conf"), NGINX_DEFAULT_CONF).expect("conf");
+    std::fs::write(tmp.join("nginx.conf"), NGINX_MAIN_CONF).expect("main conf");
+    let key = tmp.join("nginx.key").display().to_string();
+    let crt = tmp.join("nginx.crt").display().to_string();
+    c.k(&[
+        "create",
+        "secret",
+        "tls",
+        "nginxsecret",
+        "--key",
+        &key,
+        "--cert",
+        &crt,
+    ]);
+    c.k(&[
+        "create",
+        "configmap",
+        "nginxconfigmap",
+        &format!("--from-file={}", tmp.join("default.conf").display()),
+    ]);
+    c.k(&[
+        "create",
+        "configmap",
+        "nginx-main",
+        &format!("--from-file={}", tmp.join("nginx.conf").display()),
+    ]);
+    c.wait_running(&[&pod_name]);
+    let got = c.exec_until(
+        &pod_name,
+        None,
+        &["cat", "/etc/nginx/ssl/tls.crt"],
+        "BEGIN CERTIFICATE",
+    );
+    assert_eq!(
+        got.trim(),
+        std::fs::read_to_string(&crt).expect("crt").trim()
+    );
+    let cip = c.jsonpath("svc", "my-nginx", "{.spec.clusterIP}");
+    let mut last = String::new();
+    let ok = eventually(60, || {
+        let out = Command::new(ferry_bin())
+            .args([
+                "exec-net",
+                "--data-dir",
+                &dir,
+                "--",
+                "curl",
+                "-vsk",
+                "-m",
+                "3",
+            ])
+            .arg(format!("https://{cip}:443/"))
+            .output()
+            .expect("exec-net");
+        last = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        last.contains("Welcome to nginx") && last.contains("CN=my-nginx")
+    });
+    assert!(ok, "HTTPS through the Service: {last}\n{}", tail(&c.log()));
+
+    // configMap, downwardAPI and projected volumes; a ConfigMap update reaches the pod.
+    c.k(&[
+        "create",
+        "configmap",
+        "data",
+        "--from-literal=greeting=hello",
+    ]);
+    c.apply(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: vols, labels: {tier: web}}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - {name: cm, mountPath: /ferry-e2e/cm}
+    - {name: info, mountPath: /ferry-e2e/info}
+    - {name: proj, mountPath: /ferry-e2e/proj, readOnly: true}
+  volumes:
+  - name: cm
+    configMap: {name: data, items: [{key: greeting, path: hi.txt, mode: 0600}]}
+  - name: info
+    downwardAPI: {items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]}
+  - name: proj
+    projected:
+      sources:
+      - configMap: {name: data}
+      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
+"#,
+    );
+    c.wait_running(&["vols"]);
+    c.exec_until("vols", None, &["cat", "/ferry-e2e/cm/hi.txt"], "hello");
+    c.exec_until(
+        "vols",
+        None,
+        &["stat", "-L", "-c", "%a", "/ferry-e2e/cm/hi.txt"],
+        "600",
+    );
+    c.exec_until(
+        "vols",
+        None,
+        &["cat", "/ferry-e2e/info/labels"],
+        "tier=\"web\"",
+    );
+    c.exec_until("vols", None, &["cat", "/ferry-e2e/proj/name"], "vols");
+    c.k(&[
+        "patch",
+        "configmap",
+        "data",
+        "-p",
+        r#"{"data":{"greeting":"updated"}}"#,
+    ]);
+    c.exec_until("vols", None, &["cat", "/ferry-e2e/cm/hi.txt"], "updated");
+
+    c.sigterm();
+    assert!(
+        eventually(10, || namespaces(&prefix).is_empty()
+            && processes(&dir).is_empty()),
+        "left behind: {:?} {:?}",
+        namespaces(&prefix),
+        processes(&dir)
+    );
+}

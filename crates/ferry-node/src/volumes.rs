@@ -1,0 +1,517 @@
+//! Pod volumes: `secret`, `configMap`, `downwardAPI`, `projected` (configMap, secret,
+//! downwardAPI and serviceAccountToken sources) and `emptyDir`, mounted into the pod's mount
+//! namespace.
+//!
+//! Pure part: [`references`] (what a pod's volumes read) and [`render`] (the files a volume
+//! holds: keys or `items`, `path`, `mode`/`defaultMode`, `optional`, as kubelet's volume plugins
+//! decide them). IO: [`write_atomic`], kubelet's atomic writer: the files live in a
+//! timestamped `..<n>` directory, `..data` points at it, and every visible entry is a symlink
+//! through `..data`, so an update (a new directory and one `rename` of the `..data` link) is
+//! seen all at once by readers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
+
+/// One file of a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    /// Relative path (no `..` component, not absolute).
+    pub path: String,
+    pub data: Vec<u8>,
+    pub mode: u32,
+}
+
+/// What a pod's volumes read from the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct References {
+    pub config_maps: BTreeSet<String>,
+    pub secrets: BTreeSet<String>,
+    /// (audience, expirationSeconds) of projected serviceAccountToken sources.
+    pub tokens: BTreeSet<(String, i64)>,
+}
+
+/// The API objects a render reads (fetched beforehand).
+pub trait Lookup {
+    fn config_map(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
+    fn secret(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
+    /// A token for the pod's ServiceAccount (audience "" = the API server's).
+    fn token(&self, audience: &str, expiration_seconds: i64) -> Result<String, String>;
+}
+
+pub const DEFAULT_MODE: u32 = 0o644;
+
+/// Every object a pod's volumes refer to.
+pub fn references(pod: &Pod) -> References {
+    let mut r = References::default();
+    for v in pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(s) = &v.secret
+            && let Some(n) = &s.secret_name
+        {
+            r.secrets.insert(n.clone());
+        }
+        if let Some(c) = &v.config_map {
+            r.config_maps.insert(c.name.clone());
+        }
+        if let Some(p) = &v.projected {
+            for src in p.sources.iter().flatten() {
+                if let Some(c) = &src.config_map {
+                    r.config_maps.insert(c.name.clone());
+                }
+                if let Some(s) = &src.secret {
+                    r.secrets.insert(s.name.clone());
+                }
+                if let Some(t) = &src.service_account_token {
+                    r.tokens.insert((
+                        t.audience.clone().unwrap_or_default(),
+                        t.expiration_seconds.unwrap_or(3607),
+                    ));
+                }
+            }
+        }
+    }
+    r
+}
+
+fn mode_of(m: Option<i32>, default: u32) -> u32 {
+    m.map(|m| (m as u32) & 0o7777).unwrap_or(default)
+}
+
+fn clean_path(p: &str) -> Result<String, String> {
+    if p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c == ".." || c.starts_with(".."))
+    {
+        return Err(format!("invalid path {p:?}"));
+    }
+    Ok(p.to_string())
+}
+
+/// Files of a key/value source with optional `items` (configMap and secret volumes and
+/// projections). `kind` names the source in errors ("configmap", "secret").
+fn keyed(
+    kind: &str,
+    name: &str,
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    items: Option<&Vec<KeyToPath>>,
+    optional: bool,
+    default_mode: u32,
+) -> Result<Vec<File>, String> {
+    let Some(data) = data else {
+        if optional {
+            return Ok(Vec::new());
+        }
+        return Err(format!("{kind} \"{name}\" not found"));
+    };
+    let mut out = Vec::new();
+    match items.filter(|i| !i.is_empty()) {
+        None => {
+            for (k, v) in data {
+                out.push(File {
+                    path: clean_path(&k)?,
+                    data: v,
+                    mode: default_mode,
+                });
+            }
+        }
+        Some(items) => {
+            for it in items {
+                match data.get(&it.key) {
+                    Some(v) => out.push(File {
+                        path: clean_path(&it.path)?,
+                        data: v.clone(),
+                        mode: mode_of(it.mode, default_mode),
+                    }),
+                    None if optional => {}
+                    None => {
+                        return Err(format!(
+                            "{kind} references non-existent {} key: {}",
+                            if kind == "secret" { "secret" } else { "config" },
+                            it.key
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `key="value"` lines, sorted by key, as the downward API writes labels and annotations.
+fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
+    m.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v:?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn downward_value(pod: &Pod, f: &DownwardAPIVolumeFile) -> Result<String, String> {
+    if let Some(r) = &f.field_ref {
+        let md = &pod.metadata;
+        let path = r.field_path.as_str();
+        let sub = |prefix: &str, m: Option<&BTreeMap<String, String>>| -> Option<String> {
+            let key = path
+                .strip_prefix(prefix)?
+                .strip_prefix("['")?
+                .strip_suffix("']")?;
+            Some(m.and_then(|m| m.get(key)).cloned().unwrap_or_default())
+        };
+        return match path {
+            "metadata.name" => Ok(md.name.clone().unwrap_or_default()),
+            "metadata.namespace" => Ok(md.namespace.clone().unwrap_or_default()),
+            "metadata.uid" => Ok(md.uid.clone().unwrap_or_default()),
+            "metadata.labels" => Ok(format_map(md.labels.as_ref())),
+            "metadata.annotations" => Ok(format_map(md.annotations.as_ref())),
+            _ => sub("metadata.labels", md.labels.as_ref())
+                .or_else(|| sub("metadata.annotations", md.annotations.as_ref()))
+                .ok_or_else(|| format!("unsupported fieldPath {path:?} in a downwardAPI volume")),
+        };
+    }
+    if let Some(r) = &f.resource_field_ref {
+        // Processes have no limits: report what kubelet reports without limits (the node's
+        // allocatable) only for the divisor-free common case; requests as given.
+        let c = pod
+            .spec
+            .as_ref()
+            .and_then(|s| {
+                s.containers
+                    .iter()
+                    .find(|c| Some(&c.name) == r.container_name.as_ref())
+            })
+            .and_then(|c| c.resources.as_ref());
+        let pick = |which: &str| -> Option<String> {
+            let m = if which == "limits" {
+                c?.limits.as_ref()
+            } else {
+                c?.requests.as_ref()
+            }?;
+            m.get(r.resource.split_once('.')?.1).map(|q| q.0.clone())
+        };
+        let which = r.resource.split('.').next().unwrap_or_default();
+        return Ok(pick(which).unwrap_or_else(|| "0".into()));
+    }
+    Err(format!("downwardAPI item {:?} has no source", f.path))
+}
+
+/// The files of a volume; `None` for an `emptyDir` (a plain directory) or a volume type this
+/// agent does not populate.
+pub fn render(v: &Volume, pod: &Pod, look: &dyn Lookup) -> Result<Option<Vec<File>>, String> {
+    if let Some(s) = &v.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        let dm = mode_of(s.default_mode, DEFAULT_MODE);
+        return keyed(
+            "secret",
+            &name,
+            look.secret(&name),
+            s.items.as_ref(),
+            s.optional.unwrap_or(false),
+            dm,
+        )
+        .map(Some);
+    }
+    if let Some(c) = &v.config_map {
+        let dm = mode_of(c.default_mode, DEFAULT_MODE);
+        return keyed(
+            "configmap",
+            &c.name,
+            look.config_map(&c.name),
+            c.items.as_ref(),
+            c.optional.unwrap_or(false),
+            dm,
+        )
+        .map(Some);
+    }
+    if let Some(d) = &v.downward_api {
+        let dm = mode_of(d.default_mode, DEFAULT_MODE);
+        let mut out = Vec::new();
+        for f in d.items.iter().flatten() {
+            out.push(File {
+                path: clean_path(&f.path)?,
+                data: downward_value(pod, f)?.into_bytes(),
+                mode: mode_of(f.mode, dm),
+            });
+        }
+        return Ok(Some(out));
+    }
+    if let Some(p) = &v.projected {
+        let dm = mode_of(p.default_mode, DEFAULT_MODE);
+        let mut out = Vec::new();
+        for src in p.sources.iter().flatten() {
+            if let Some(c) = &src.config_map {
+                out.extend(keyed(
+                    "configmap",
+                    &c.name,
+                    look.config_map(&c.name),
+                    c.items.as_ref(),
+                    c.optional.unwrap_or(false),
+                    dm,
+                )?);
+            }
+            if let Some(s) = &src.secret {
+                out.extend(keyed(
+                    "secret",
+                    &s.name,
+                    look.secret(&s.name),
+                    s.items.as_ref(),
+                    s.optional.unwrap_or(false),
+                    dm,
+                )?);
+            }
+            if let Some(d) = &src.downward_api {
+                for f in d.items.iter().flatten() {
+                    out.push(File {
+                        path: clean_path(&f.path)?,
+                        data: downward_value(pod, f)?.into_bytes(),
+                        mode: mode_of(f.mode, dm),
+                    });
+                }
+            }
+            if let Some(t) = &src.service_account_token {
+                let token = look.token(
+                    t.audience.as_deref().unwrap_or_default(),
+                    t.expiration_seconds.unwrap_or(3607),
+                )?;
+                out.push(File {
+                    path: clean_path(&t.path)?,
+                    data: token.into_bytes(),
+                    mode: dm,
+                });
+            }
+        }
+        return Ok(Some(out));
+    }
+    Ok(None)
+}
+
+/// Writes `files` into `dir` as kubelet's atomic writer does; returns whether anything changed.
+pub fn write_atomic(dir: &Path, files: &[File]) -> std::io::Result<bool> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    let data_link = dir.join("..data");
+    // Unchanged: nothing to do.
+    if let Ok(current) = std::fs::read_link(&data_link) {
+        let cur = dir.join(current);
+        let same = files.iter().all(|f| {
+            std::fs::read(cur.join(&f.path)).is_ok_and(|d| d == f.data)
+                && std::fs::metadata(cur.join(&f.path))
+                    .is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode)
+        }) && count_files(&cur) == files.len();
+        if same {
+            return Ok(false);
+        }
+    }
+    let stamp = format!(
+        "..{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let ts = dir.join(&stamp);
+    std::fs::create_dir_all(&ts)?;
+    for f in files {
+        let p = ts.join(&f.path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&p, &f.data)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(f.mode))?;
+    }
+    let old = std::fs::read_link(&data_link).ok();
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    std::fs::rename(&tmp, &data_link)?;
+    // Visible entries: the first component of every path, through ..data.
+    let top: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| f.path.split('/').next().map(str::to_string))
+        .collect();
+    for t in &top {
+        let link = dir.join(t);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(PathBuf::from("..data").join(t), &link)?;
+        }
+    }
+    for e in std::fs::read_dir(dir)?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("..") && !top.contains(&name) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if let Some(o) = old
+        && o != Path::new(&stamp)
+    {
+        let _ = std::fs::remove_dir_all(dir.join(o));
+    }
+    Ok(true)
+}
+
+fn count_files(dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                count_files(&e.path())
+            } else {
+                1
+            }
+        })
+        .sum()
+}
+
+/// Single-quotes a string for `sh`.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    struct Objs;
+    impl Lookup for Objs {
+        fn config_map(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+            (name == "cm").then(|| {
+                BTreeMap::from([
+                    ("nginx.conf".to_string(), b"server {}".to_vec()),
+                    ("other".to_string(), b"x".to_vec()),
+                ])
+            })
+        }
+        fn secret(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
+            (name == "s").then(|| {
+                BTreeMap::from([
+                    ("tls.crt".to_string(), b"CRT".to_vec()),
+                    ("tls.key".to_string(), b"KEY".to_vec()),
+                ])
+            })
+        }
+        fn token(&self, audience: &str, exp: i64) -> Result<String, String> {
+            Ok(format!("tok-{audience}-{exp}"))
+        }
+    }
+
+    fn pod(volumes: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1",
+                         "labels": {"b": "2", "a": "1"}},
+            "spec": {"containers": [{"name": "c"}], "volumes": volumes}
+        }))
+        .expect("pod")
+    }
+
+    fn vol(p: &Pod, i: usize) -> Volume {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .and_then(|v| v.get(i))
+            .cloned()
+            .expect("volume")
+    }
+
+    #[test]
+    fn render_table() {
+        let p = pod(json!([
+            {"name": "s", "secret": {"secretName": "s"}},
+            {"name": "c", "configMap": {"name": "cm", "items": [{"key": "nginx.conf", "path": "conf/nginx.conf", "mode": 0o600}], "defaultMode": 0o640}},
+            {"name": "missing", "secret": {"secretName": "nope"}},
+            {"name": "opt", "secret": {"secretName": "nope", "optional": true}},
+            {"name": "badkey", "configMap": {"name": "cm", "items": [{"key": "zzz", "path": "z"}]}},
+            {"name": "d", "downwardAPI": {"items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                {"path": "a", "fieldRef": {"fieldPath": "metadata.labels['a']"}}]}},
+            {"name": "proj", "projected": {"defaultMode": 0o400, "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
+                {"configMap": {"name": "cm", "items": [{"key": "other", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+            {"name": "e", "emptyDir": {}},
+            {"name": "trav", "configMap": {"name": "cm", "items": [{"key": "other", "path": "../x"}]}}
+        ]));
+        let files = |i: usize| render(&vol(&p, i), &p, &Objs);
+        let s = files(0).expect("ok").expect("files");
+        assert_eq!(
+            s,
+            vec![
+                File {
+                    path: "tls.crt".into(),
+                    data: b"CRT".to_vec(),
+                    mode: 0o644
+                },
+                File {
+                    path: "tls.key".into(),
+                    data: b"KEY".to_vec(),
+                    mode: 0o644
+                }
+            ]
+        );
+        let c = files(1).expect("ok").expect("files");
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].path.as_str(), c[0].mode), ("conf/nginx.conf", 0o600));
+        assert_eq!(files(2), Err("secret \"nope\" not found".into()));
+        assert_eq!(files(3), Ok(Some(Vec::new())));
+        assert_eq!(
+            files(4),
+            Err("configmap references non-existent config key: zzz".into())
+        );
+        let d = files(5).expect("ok").expect("files");
+        assert_eq!(d[0].data, b"a=\"1\"\nb=\"2\"".to_vec());
+        assert_eq!(d[1].data, b"p".to_vec());
+        assert_eq!(d[2].data, b"1".to_vec());
+        let pr = files(6).expect("ok").expect("files");
+        assert_eq!(pr[0].data, b"tok--600".to_vec());
+        assert_eq!(pr[0].mode, 0o400);
+        assert_eq!(pr[1].path, "ca.crt");
+        assert_eq!(pr[2].data, b"ns".to_vec());
+        assert_eq!(files(7), Ok(None));
+        assert!(files(8).is_err());
+        let r = references(&p);
+        assert!(r.secrets.contains("s") && r.secrets.contains("nope"));
+        assert!(r.config_maps.contains("cm"));
+        assert_eq!(r.tokens.len(), 1);
+    }
+
+    #[test]
+    fn atomic_writer_swaps_data() {
+        let dir = tempfile::tempdir().expect("dir");
+        let v = dir.path().join("vol");
+        let f = |path: &str, data: &str| File {
+            path: path.into(),
+            data: data.as_bytes().to_vec(),
+            mode: 0o644,
+        };
+        assert!(write_atomic(&v, &[f("a", "1"), f("sub/b", "2")]).expect("write"));
+        assert_eq!(std::fs::read_to_string(v.join("a")).expect("a"), "1");
+        assert_eq!(std::fs::read_to_string(v.join("sub/b")).expect("b"), "2");
+        assert!(
+            std::fs::symlink_metadata(v.join("a"))
+                .expect("meta")
+                .file_type()
+                .is_symlink()
+        );
+        assert!(!write_atomic(&v, &[f("a", "1"), f("sub/b", "2")]).expect("same"));
+        assert!(write_atomic(&v, &[f("a", "3")]).expect("update"));
+        assert_eq!(std::fs::read_to_string(v.join("a")).expect("a"), "3");
+        assert!(!v.join("sub").exists(), "a removed key disappears");
+        let stamped = std::fs::read_dir(&v)
+            .expect("dir")
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("..") && n != "..data"
+            })
+            .count();
+        assert_eq!(stamped, 1, "old data directories are removed");
+        assert_eq!(sh_quote("a'b"), "'a'\\''b'");
+    }
+}
