@@ -51,6 +51,8 @@ pub struct Config {
     pub service_cidrs: Vec<alloc::Cidr>,
     /// `--service-node-port-range`.
     pub node_port_range: alloc::PortRange,
+    /// `--audit-log-path`: `audit.k8s.io/v1` Events as JSON lines (Metadata level, mode 0600).
+    pub audit_log_path: Option<PathBuf>,
     /// `--kubelet-client-certificate` / `--kubelet-client-key`: the client certificate presented
     /// to node agents (default: one the cluster CA issues, in `pki/apiserver-kubelet-client.*`).
     pub kubelet_client_certificate: Option<PathBuf>,
@@ -73,6 +75,7 @@ impl Default for Config {
             extra_sans: Vec::new(),
             service_cidrs: a.cidrs,
             node_port_range: a.node_ports,
+            audit_log_path: None,
             kubelet_client_certificate: None,
             kubelet_client_key: None,
             kubelet_certificate_authority: None,
@@ -163,7 +166,7 @@ pub async fn start(
         ready: false.into(),
         checks: Default::default(),
         advertise: format!("{host}:{}", addr.port()),
-        auth: auth::Auth::load(&config.data_dir, None)?,
+        auth: auth::Auth::load(&config.data_dir, config.audit_log_path.as_deref())?,
         kubelet_tls,
     });
     let tls = if config.plain_http {

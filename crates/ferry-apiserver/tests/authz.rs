@@ -95,6 +95,7 @@ async fn service_accounts_and_rbac() {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         plain_http: true,
+        audit_log_path: Some(dir.path().join("audit.log")),
         ..Default::default()
     };
     let running = ferry_apiserver::start(cfg, store, shutdown.clone())
@@ -457,5 +458,45 @@ async fn service_accounts_and_rbac() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(refused, "a deleted ServiceAccount's token is refused");
+
+    // The audit log: audit.k8s.io/v1 Events, one JSON line each, private to the owner.
+    let log_path = dir.path().join("audit.log");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log_path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let events: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| e["apiVersion"] == "audit.k8s.io/v1"
+        && e["kind"] == "Event"
+        && e["level"] == "Metadata"));
+    let denied = events
+        .iter()
+        .find(|e| e["responseStatus"]["code"] == 403 && e["objectRef"]["resource"] == "secrets")
+        .or_else(|| events.iter().find(|e| e["responseStatus"]["code"] == 403))
+        .expect("a refused request is logged");
+    assert_eq!(
+        denied["annotations"]["authorization.k8s.io/decision"],
+        "forbid"
+    );
+    assert!(
+        denied["user"]["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("system:serviceaccount:team-a:")
+    );
+    assert_eq!(denied["sourceIPs"], json!(["127.0.0.1"]));
+    assert!(events.iter().any(|e| e["responseStatus"]["code"] == 401));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["user"]["username"] == "admin" && e["verb"] == "create")
+    );
+    assert!(!log.contains(&reader), "no credentials in the audit log");
     shutdown.cancel();
 }

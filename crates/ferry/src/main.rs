@@ -176,6 +176,10 @@ pub(crate) struct ServerArgs {
     /// The CA that node agents' serving certificates must chain to (default: the cluster CA).
     #[arg(long)]
     kubelet_certificate_authority: Option<PathBuf>,
+    /// Write an audit log here: one `audit.k8s.io/v1` Event per request as a JSON line, at
+    /// the Metadata level (who, what, the decision; no bodies), mode 0600.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -322,6 +326,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
         kubelet_client_certificate: a.kubelet_client_certificate.clone(),
         kubelet_client_key: a.kubelet_client_key.clone(),
         kubelet_certificate_authority: a.kubelet_certificate_authority.clone(),
+        audit_log_path: a.audit_log_path.clone(),
     };
     let running = ferry_apiserver::start(config, store.clone(), shutdown.clone()).await?;
     supervise::set_checks(running.server.checks.clone());
