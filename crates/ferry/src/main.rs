@@ -193,15 +193,19 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     // One descriptor per connection: raise the soft limit to the hard one (or to
     // --max-open-files), before any component sizes its caps from it.
+    // (Not for the built-in images: they are pods, whose output is theirs.)
     let target = match &cli.command {
-        Command::Up(a) | Command::Apiserver(a) => a.max_open_files,
-        _ => None,
+        Command::Up(a) | Command::Apiserver(a) => Some(a.max_open_files),
+        Command::BuiltinImage { .. } => None,
+        _ => Some(None),
     };
-    match ferry_limits::raise_nofile(target) {
-        Ok(l) => {
-            tracing::info!(before = l.before, soft = l.soft, hard = ?l.hard, "file descriptor limit")
+    if let Some(target) = target {
+        match ferry_limits::raise_nofile(target) {
+            Ok(l) => {
+                tracing::info!(before = l.before, soft = l.soft, hard = ?l.hard, "file descriptor limit")
+            }
+            Err(e) => tracing::warn!("{e}; keeping the current limit"),
         }
-        Err(e) => tracing::warn!("{e}; keeping the current limit"),
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
