@@ -470,6 +470,13 @@ async fn serve(
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let builder = Arc::new(builder(&shared.limits));
+    // Plain HTTP is HTTP/1 only (as ingress-nginx: no cleartext HTTP/2), served directly.
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.limits.header_timeout)
+        .max_buf_size(shared.limits.max_header_bytes.max(8192))
+        .keep_alive(true);
     loop {
         let permit = tokio::select! {
             _ = stop.cancelled() => break,
@@ -497,14 +504,22 @@ async fn serve(
         let service = hyper::service::service_fn(move |req| handle(sh.clone(), info, req));
         match &tls {
             None => {
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                let conn = graceful.watch(conn);
+                let conn = http1
+                    .serve_connection(TokioIo::new(stream), service)
+                    .with_upgrades();
+                let stop = stop.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
-                    if let Err(e) = conn.await {
-                        tracing::trace!("client connection: {e}");
+                    let mut conn = std::pin::pin!(conn);
+                    tokio::select! {
+                        r = conn.as_mut() => if let Err(e) = r {
+                            tracing::trace!("client connection: {e}");
+                        },
+                        _ = stop.cancelled() => {
+                            // Finish the request in flight, then close.
+                            conn.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+                        }
                     }
                 });
             }
@@ -536,4 +551,6 @@ async fn serve(
     drop(listener);
     // Requests in flight finish; idle keep-alive connections close.
     let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    let all = u32::try_from(shared.limits.max_connections).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(Duration::from_secs(10), shared.conns.acquire_many(all)).await;
 }
