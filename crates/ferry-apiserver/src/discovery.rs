@@ -45,7 +45,22 @@ fn groups() -> Vec<(&'static str, &'static str)> {
             gv.push((i.group, i.version));
         }
     }
+    for (g, ..) in crate::auth::reviews::VIRTUAL {
+        if !gv.contains(&(g, "v1")) {
+            gv.push((g, "v1"));
+        }
+    }
     gv
+}
+
+/// The create-only review kinds of `group`/`version` (not stored, not in the kind registry).
+fn reviews(
+    group: &str,
+    version: &str,
+) -> impl Iterator<Item = &'static (&'static str, &'static str, &'static str, bool)> {
+    crate::auth::reviews::VIRTUAL
+        .iter()
+        .filter(move |(g, ..)| *g == group && version == "v1")
 }
 
 pub fn api_versions(server_addr: &str) -> Value {
@@ -75,6 +90,7 @@ pub fn has_group_version(group: &str, version: &str) -> bool {
     infos()
         .iter()
         .any(|i| i.group == group && i.version == version)
+        || reviews(group, version).next().is_some()
 }
 
 pub fn api_resource_list(group: &str, version: &str) -> Value {
@@ -111,6 +127,12 @@ pub fn api_resource_list(group: &str, version: &str) -> Value {
         if i.group.is_empty() && i.kind == "Namespace" {
             resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
+        if i.group.is_empty() && i.kind == "ServiceAccount" {
+            resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+        }
+    }
+    for (_, plural, kind, namespaced) in reviews(group, version) {
+        resources.push(json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": ["create"]}));
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
 }
@@ -138,6 +160,9 @@ fn aggregated_resource(i: &KindInfo) -> Value {
     }
     if i.group.is_empty() && i.kind == "Namespace" {
         subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
+    }
+    if i.group.is_empty() && i.kind == "ServiceAccount" {
+        subs.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));
     }
     if !subs.is_empty() {
         r["subresources"] = json!(subs);
@@ -170,6 +195,12 @@ pub fn aggregated(core: bool, version: &str) -> Value {
                         .into_iter()
                         .filter(|i| i.group == g && i.version == *v)
                         .map(aggregated_resource)
+                        .chain(reviews(g, v).map(|(g, plural, kind, namespaced)| {
+                            json!({"resource": plural,
+                                "responseKind": {"group": g, "version": "v1", "kind": kind},
+                                "scope": if *namespaced { "Namespaced" } else { "Cluster" },
+                                "singularResource": kind.to_ascii_lowercase(), "verbs": ["create"]})
+                        }))
                         .collect();
                     json!({"version": v, "resources": res, "freshness": "Current"})
                 })
