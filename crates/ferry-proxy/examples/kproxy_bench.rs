@@ -64,6 +64,7 @@ fn services(n: usize) -> Vec<SvcPort> {
                 affinity: None,
                 internal_local: false,
                 external_local: false,
+                health_check_node_port: None,
             }
         })
         .collect()
@@ -303,7 +304,7 @@ fn main() {
 
     // Ferry: one Service's endpoints change (netlink), then the same through nft -f.
     let mut cur = ports.clone();
-    let mut change = |a: &mut NftApplier, round: usize| -> Duration {
+    let mut change = |a: &mut NftApplier, round: usize| -> (Duration, Duration) {
         let i = 1 + (round * 7919) % (n - 2);
         let mut eps = eps_of(&cur[i]);
         eps[round % 3] = SocketAddr::new(
@@ -311,24 +312,31 @@ fn main() {
             8080 + round as u16,
         );
         cur[i].internal = Target::Pool(eps);
+        let t = Instant::now();
         let desired = nft::render(&cur, &cfg);
         let st = a.sync(&desired).unwrap();
-        st.took
+        (st.kernel, t.elapsed())
     };
-    let mut nl: Vec<Duration> = (0..samples).map(|r| change(&mut a, r)).collect();
+    let (mut nl, mut nl_all): (Vec<Duration>, Vec<Duration>) =
+        (0..samples).map(|r| change(&mut a, r)).unzip();
     a.use_netlink = false;
-    let mut cli: Vec<Duration> = (samples..2 * samples).map(|r| change(&mut a, r)).collect();
+    let (mut cli, mut cli_all): (Vec<Duration>, Vec<Duration>) =
+        (samples..2 * samples).map(|r| change(&mut a, r)).unzip();
     let (nl50, nl99) = (pct(&mut nl, 0.5), pct(&mut nl, 0.99));
     let (cli50, cli99) = (pct(&mut cli, 0.5), pct(&mut cli, 0.99));
     println!(
-        "ferry nftables   one Service change (netlink, incl. render+diff): p50 {:.2} ms, p99 {:.2} ms",
+        "ferry nftables   one Service change, kernel apply (netlink batch): p50 {:.3} ms, p99 {:.3} ms; whole sync incl. full re-render + diff: p50 {:.1} ms, p99 {:.1} ms",
         ms(nl50),
-        ms(nl99)
+        ms(nl99),
+        ms(pct(&mut nl_all, 0.5)),
+        ms(pct(&mut nl_all, 0.99))
     );
     println!(
-        "ferry nftables   one Service change (nft -f, incl. render+diff):  p50 {:.2} ms, p99 {:.2} ms",
+        "ferry nftables   one Service change, kernel apply (nft -f process): p50 {:.2} ms, p99 {:.2} ms; whole sync: p50 {:.1} ms, p99 {:.1} ms",
         ms(cli50),
-        ms(cli99)
+        ms(cli99),
+        ms(pct(&mut cli_all, 0.5)),
+        ms(pct(&mut cli_all, 0.99))
     );
     a.cleanup().unwrap();
 

@@ -114,6 +114,8 @@ pub struct ServiceInfo {
     pub affinity: Option<Duration>,
     pub internal_local: bool,
     pub external_local: bool,
+    /// `spec.healthCheckNodePort` (LoadBalancer with `externalTrafficPolicy: Local`).
+    pub health_check_node_port: Option<u16>,
     pub topology_keys: Vec<String>,
     /// Topology aware hints/routing requested (annotations or `trafficDistribution`).
     pub hints: bool,
@@ -262,6 +264,7 @@ pub fn project_service(s: &Service, raw: Option<&Value>) -> Option<ServiceInfo> 
         affinity,
         internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
         external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+        health_check_node_port: spec.health_check_node_port.and_then(port_u16),
         topology_keys,
         hints,
         scheduler: annotation(SCHEDULER_ANNOTATION).and_then(|v| v.parse().ok()),

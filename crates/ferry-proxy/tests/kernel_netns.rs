@@ -132,6 +132,7 @@ fn svc(name: &str, vip: &str, port: u16, eps: &[&str]) -> SvcPort {
         affinity: None,
         internal_local: false,
         external_local: false,
+        health_check_node_port: None,
     }
 }
 
@@ -230,7 +231,7 @@ fn nftables_and_iptables_in_a_throwaway_netns() {
     assert_eq!(seen.values().sum::<u32>(), 20);
     let seen = client("198.18.9.1", 30080, 30);
     assert!(
-        seen.get("198.18.1.1").is_some() && seen.get("198.18.1.2").is_some(),
+        seen.contains_key("198.18.1.1") && seen.contains_key("198.18.1.2"),
         "NodePort on a local address: {seen:?}"
     );
     let seen = client("198.19.0.10", 80, 90);

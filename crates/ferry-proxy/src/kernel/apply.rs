@@ -82,6 +82,9 @@ pub struct SyncStats {
     pub took: Duration,
     /// Sent over netlink (no `nft` process).
     pub netlink: bool,
+    /// Of `took`, the time spent sending to the kernel and waiting for its answer (the
+    /// netlink batch, or the `nft` / `iptables-restore` process).
+    pub kernel: Duration,
 }
 
 /// The command prefix that runs a command in network namespace `netns`.
@@ -110,6 +113,7 @@ pub struct NftApplier {
     fast: Fast,
     /// Use netlink for element-only syncs (default); `false` sends everything through `nft`.
     pub use_netlink: bool,
+    last_kernel: Duration,
 }
 
 impl NftApplier {
@@ -122,6 +126,7 @@ impl NftApplier {
             current: None,
             fast: Fast::Untried,
             use_netlink: true,
+            last_kernel: Duration::ZERO,
         }
     }
 
@@ -151,11 +156,13 @@ impl NftApplier {
         if bytes.len() > netlink::MAX_BATCH {
             return Ok(false);
         }
+        let t = Instant::now();
         sock.apply(&self.table, &kinds, ops)
             .map_err(|e| ApplyError::Failed {
                 cmd: "netlink batch".into(),
                 stderr: e.to_string(),
             })?;
+        self.last_kernel = t.elapsed();
         Ok(true)
     }
 
@@ -191,18 +198,22 @@ impl NftApplier {
                         ops: ops.len(),
                         took: started.elapsed(),
                         netlink: true,
+                        kernel: self.last_kernel,
                     });
                 }
                 (nft::render_ops(&self.table, &ops), false, ops.len())
             }
         };
+        let t = Instant::now();
         run(&self.prefix, &["nft", "-f", "-"], Some(&script))?;
+        let kernel = t.elapsed();
         self.current = Some(desired.clone());
         Ok(SyncStats {
             full,
             ops,
             took: started.elapsed(),
             netlink: false,
+            kernel,
         })
     }
 

@@ -52,6 +52,8 @@ pub struct SvcPort {
     pub affinity: Option<Duration>,
     pub internal_local: bool,
     pub external_local: bool,
+    /// `healthCheckNodePort` (with `externalTrafficPolicy: Local`).
+    pub health_check_node_port: Option<u16>,
 }
 
 impl SvcPort {
@@ -178,6 +180,9 @@ pub fn build(
                     affinity: svc.affinity,
                     internal_local: svc.internal_local,
                     external_local: svc.external_local,
+                    health_check_node_port: svc
+                        .health_check_node_port
+                        .filter(|_| svc.external_local),
                 });
             }
         }

@@ -12,6 +12,7 @@
 //! (iptables) are touched, and both are removed on exit and by `--cleanup`.
 
 pub mod apply;
+pub mod healthcheck;
 pub mod input;
 pub mod iptables;
 pub mod netlink;
@@ -309,6 +310,7 @@ async fn sync_loop(
     let mut last_run: Option<Instant> = None;
     let mut syncs = 0u64;
     let mut prev: Vec<input::SvcPort> = Vec::new();
+    let mut hc = healthcheck::HcServers::default();
     loop {
         if let Some(last) = last_run {
             let since = last.elapsed();
@@ -336,6 +338,7 @@ async fn sync_loop(
         .await;
         let Ok((a, result)) = joined else { break };
         applier = Some(a);
+        hc.sync(&healthcheck::targets(&ports)).await;
         let mut failed = Vec::new();
         let mut retry = args.sync_period;
         match result {

@@ -35,6 +35,7 @@ fn hostnames() -> SvcPort {
         affinity: None,
         internal_local: false,
         external_local: false,
+        health_check_node_port: None,
     }
 }
 

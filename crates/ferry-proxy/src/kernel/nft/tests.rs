@@ -38,6 +38,7 @@ fn port(name: &str, proto: Proto, p: u16) -> SvcPort {
         affinity: None,
         internal_local: false,
         external_local: false,
+        health_check_node_port: None,
     }
 }
 
