@@ -10,7 +10,7 @@
 //!   full `iptables-restore` (what the iptables proxier does on a change);
 //! - first-packet (TCP connect) latency to the 1st and the Nth Service with Ferry's table.
 //!
-//! Usage: `kproxy_bench [SERVICES] [SAMPLES]` (defaults 10000, 30), as root.
+//! Usage: `kproxy_bench [SERVICES] [SAMPLES] [ferry-only]` (defaults 10000, 30), as root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -339,6 +339,9 @@ fn main() {
         ms(pct(&mut cli_all, 0.99))
     );
     a.cleanup().unwrap();
+    if args.get(3).map(String::as_str) == Some("ferry-only") {
+        return;
+    }
 
     // kube-proxy's nftables layout.
     let kt = "kube-proxy-bench";
