@@ -13,6 +13,7 @@ pub mod printers;
 pub mod protobuf;
 pub mod rbac;
 pub mod selectors;
+pub mod shape;
 pub mod validation;
 
 pub use k8s_openapi;

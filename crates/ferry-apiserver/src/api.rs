@@ -590,6 +590,7 @@ impl Api {
         if txn.is_none() {
             self.check_namespace(res, url_ns.as_deref()).await?;
         }
+        ferry_api::shape::fill_always_present(info, &mut obj);
         if record_update {
             let manager = q.get("fieldManager").unwrap_or("");
             crate::managed::record(&mut obj, None, manager, "Update", None, info);
@@ -776,6 +777,7 @@ impl Api {
             if !errs.is_empty() {
                 return Err(ApiError::invalid(info, &name, &errs));
             }
+            ferry_api::shape::fill_always_present(info, &mut new);
             if record_update {
                 crate::managed::record(&mut new, Some(&old), &manager, "Update", subresource, info);
             }

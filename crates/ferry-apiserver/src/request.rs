@@ -57,6 +57,10 @@ impl Query {
     pub fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str)
     }
+    /// Sets `k` to `v` (used for server-side defaults of parameters).
+    pub fn set(&mut self, k: &str, v: &str) {
+        self.0.insert(k.to_string(), v.to_string());
+    }
     pub fn flag(&self, k: &str) -> bool {
         matches!(self.get(k), Some("true" | "1" | "True" | ""))
     }

@@ -197,16 +197,18 @@ mod tests {
         (e.code, e.message)
     }
 
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Option<&'a str>,
+        Option<i64>,
+        Result<ListAt, (u16, &'a str)>,
+    );
+
     #[test]
     fn list_options_as_upstream() {
         let tok = encode_continue(7, "ns/b");
-        let cases: Vec<(
-            &str,
-            &str,
-            Option<&str>,
-            Option<i64>,
-            Result<ListAt, (u16, &str)>,
-        )> = vec![
+        let cases: Vec<Case> = vec![
             ("", "", None, None, Ok(ListAt::Consistent)),
             ("", "", None, Some(5), Ok(ListAt::Consistent)),
             ("0", "", None, Some(5), Ok(ListAt::Any)),

@@ -102,8 +102,8 @@ impl Server {
 
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_string();
-        let query = Query::parse(req.uri().query());
         let method = req.method().clone();
+        let query = default_field_manager(Query::parse(req.uri().query()), &method, req.headers());
         // Health and version are public, as upstream's system:public-info-viewer allows.
         match path.as_str() {
             "/healthz" | "/livez" => return full(200, "text/plain; charset=utf-8", "ok"),
@@ -360,6 +360,40 @@ impl Server {
             _ => Err(ApiError::method_not_allowed()),
         }
     }
+}
+
+/// A write without `fieldManager` is recorded under the User-Agent's first segment, as upstream
+/// does (`OpenAPI-Generator` for the Python client, `kubectl` for an old kubectl): printable
+/// characters only, at most 128. Apply patches must still name their manager.
+fn default_field_manager(mut q: Query, method: &Method, headers: &http::HeaderMap) -> Query {
+    if !matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+        || q.get("fieldManager").is_some_and(|m| !m.is_empty())
+    {
+        return q;
+    }
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct.starts_with("application/apply-patch") {
+        return q;
+    }
+    let ua = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let manager: String = ua
+        .split('/')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(128)
+        .collect();
+    if !manager.is_empty() {
+        q.set("fieldManager", &manager);
+    }
+    q
 }
 
 fn delete_body(content_type: &str, body: &[u8]) -> Result<Option<Value>, ApiError> {

@@ -943,9 +943,9 @@ mod tests {
         let additional = (0..6)
             .flat_map(|i| {
                 [
-                    Record::new(&target(i), 5, RData::A(Ipv4Addr::new(10, 0, 0, i))),
+                    Record::new(target(i), 5, RData::A(Ipv4Addr::new(10, 0, 0, i))),
                     Record::new(
-                        &target(i),
+                        target(i),
                         5,
                         RData::Aaaa(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i.into())),
                     ),

@@ -59,4 +59,13 @@ assert code == 201, (code, body)
 assert 'duplicate field \\"data.k\\"' in headers.get("warning", ""), headers
 code, headers, body = raw("POST", "/api/v1/namespaces/default/configmaps", dup.replace("d1", "d2"), query=[("fieldValidation", "Ignore")])
 assert code == 201 and "warning" not in headers, (code, headers)
+# No fieldManager: the manager comes from the User-Agent (upstream), as an Update entry.
+mf = core.read_namespaced_config_map("s1", "default").metadata.managed_fields
+assert [(m.manager, m.operation) for m in mf] == [("OpenAPI-Generator", "Update")], mf
+# Upstream always serializes spec and status (Go structs held by value).
+code, _, body = raw("POST", "/api/v1/namespaces/default/services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "shape"}, "spec": {"ports": [{"port": 80}]}})
+assert code == 201, (code, body)
+assert json.loads(body)["status"] == {"loadBalancer": {}}, body
+code, _, body = raw("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "shape"}})
+assert code == 201 and json.loads(body)["spec"] == {}, (code, body)
 print("OK")
