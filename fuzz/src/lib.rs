@@ -32,7 +32,10 @@ fn two_json(data: &[u8]) -> Option<(Value, Value)> {
 
 /// The checks every decoded body must pass.
 fn decoded_ok(v: &Value) {
-    assert!(depth(v) <= MAX_DEPTH, "a decoded body is deeper than the limit");
+    assert!(
+        depth(v) <= MAX_DEPTH,
+        "a decoded body is deeper than the limit"
+    );
     // Typed decoding of whatever came out must not panic either.
     let _ = ferry_api::decode::decode::<k8s_openapi::api::core::v1::Pod>(v);
     let _ = ferry_api::decode::decode::<k8s_openapi::api::core::v1::Service>(v);
@@ -115,7 +118,11 @@ pub fn strategic_merge(data: &[u8]) {
     let _ = patch::strategic::apply(&base, &p, patch::TypeRef::UNTYPED);
     let merged = patch::merge::apply(&base, &p);
     // RFC 7386: applying the same merge patch twice changes nothing more.
-    assert_eq!(patch::merge::apply(&merged, &p), merged, "merge patch is not idempotent");
+    assert_eq!(
+        patch::merge::apply(&merged, &p),
+        merged,
+        "merge patch is not idempotent"
+    );
     // The API server's wrappers bound the results.
     for r in [
         ferry_apiserver::patching::strategic(&base, &p, api_version, kind),
@@ -140,7 +147,10 @@ pub fn json_patch(data: &[u8]) {
     }
     if let Ok(v) = &result {
         // Operations never nest the document deeper than the limit (unless it already was).
-        assert!(depth(v) <= depth(&doc).max(MAX_DEPTH), "patched deeper than the limit");
+        assert!(
+            depth(v) <= depth(&doc).max(MAX_DEPTH),
+            "patched deeper than the limit"
+        );
     }
     // The same with a small copy budget: every copy is charged.
     let tight = patch::json_patch::Limits {
@@ -190,7 +200,10 @@ pub fn field_selector(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (sel, fields) = text.split_once('\n').unwrap_or((&text, ""));
     let v = ferry_api::selectors::escape_value(sel);
-    assert_eq!(ferry_api::selectors::unescape_value(&v), Ok(sel.to_string()));
+    assert_eq!(
+        ferry_api::selectors::unescape_value(&v),
+        Ok(sel.to_string())
+    );
     let Ok(parsed) = ferry_api::selectors::parse_field_selector(sel) else {
         return;
     };

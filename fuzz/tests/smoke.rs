@@ -18,16 +18,57 @@ impl Rng {
         x
     }
     fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
     }
 }
 
 /// Interesting bytes for text formats.
 const DICT: &[&[u8]] = &[
-    b"{", b"}", b"[", b"]", b"\"", b":", b",", b"null", b"-", b"/", b"~1", b"~0", b"op", b"add",
-    b"copy", b"move", b"from", b"path", b"$patch", b"delete", b"replace", b"$retainKeys",
-    b"$setElementOrder/", b"containers", b"name", b"&a", b"*a", b"<<", b"- ", b"\n", b"!=", b"==",
-    b" in (", b" notin (", b")", b"!", b"=", b"\\", b"\xc0\x0c", b"\0\0", b"\xff",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b"\"",
+    b":",
+    b",",
+    b"null",
+    b"-",
+    b"/",
+    b"~1",
+    b"~0",
+    b"op",
+    b"add",
+    b"copy",
+    b"move",
+    b"from",
+    b"path",
+    b"$patch",
+    b"delete",
+    b"replace",
+    b"$retainKeys",
+    b"$setElementOrder/",
+    b"containers",
+    b"name",
+    b"&a",
+    b"*a",
+    b"<<",
+    b"- ",
+    b"\n",
+    b"!=",
+    b"==",
+    b" in (",
+    b" notin (",
+    b")",
+    b"!",
+    b"=",
+    b"\\",
+    b"\xc0\x0c",
+    b"\0\0",
+    b"\xff",
 ];
 
 fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], cur: &mut Vec<u8>) {
@@ -73,7 +114,9 @@ fn mutate(rng: &mut Rng, seeds: &[Vec<u8>], cur: &mut Vec<u8>) {
 }
 
 fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds").join(target);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(target);
     let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .map(|rd| {
             rd.flatten()
@@ -111,7 +154,10 @@ fn every_target_survives_a_short_run() {
             mutate(&mut rng, &seeds, &mut input);
             let r = std::panic::catch_unwind(|| target(&input));
             if r.is_err() {
-                panic!("{name}: finding on input {:?}", String::from_utf8_lossy(&input));
+                panic!(
+                    "{name}: finding on input {:?}",
+                    String::from_utf8_lossy(&input)
+                );
             }
             runs += 1;
         }

@@ -6,8 +6,8 @@
 //! (nesting of arrays and objects, counted without recursion) and [`encoded_len_within`] (the
 //! length of the compact JSON encoding, counted without building it and given up past a cap).
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The result of decoding one object.

@@ -224,7 +224,12 @@ mod tests {
             assert_eq!(e.code, 400, "{levels}: {}", e.message);
         }
         let flow = format!("{}1{}", "[".repeat(5000), "]".repeat(5000));
-        assert_eq!(decode("application/yaml", flow.as_bytes()).unwrap_err().code, 400);
+        assert_eq!(
+            decode("application/yaml", flow.as_bytes())
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 
     #[test]

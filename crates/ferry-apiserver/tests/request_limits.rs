@@ -86,7 +86,12 @@ async fn every_request_is_bounded() {
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "doubling"}, "data": {"seed": "x".repeat(40)}});
     let (code, created) = api
-        .call("POST", CM, "application/json", serde_json::to_vec(&cm).unwrap())
+        .call(
+            "POST",
+            CM,
+            "application/json",
+            serde_json::to_vec(&cm).unwrap(),
+        )
         .await;
     assert_eq!(code, 201, "{created}");
     let path = format!("{CM}/doubling");
@@ -98,8 +103,7 @@ async fn every_request_is_bounded() {
         ($name:expr, $method:expr, $path:expr, $ct:expr, $body:expr, $code:expr) => {{
             let body: Vec<u8> = $body;
             let len = body.len();
-            let ((code, status), grown) =
-                peak_growth(api.call($method, $path, $ct, body)).await;
+            let ((code, status), grown) = peak_growth(api.call($method, $path, $ct, body)).await;
             let want: &[u16] = &$code;
             assert!(want.contains(&code), "{}: {code} {status}", $name);
             report.push(format!(
@@ -149,7 +153,10 @@ async fn every_request_is_bounded() {
     // 10,000 operations copying a 300-byte value: within the copy budget (3 MB), but the
     // result is larger than any object may be.
     let mut ops = vec![json!({"op": "add", "path": "/data/v", "value": "v".repeat(298)})];
-    ops.extend((1..10_000).map(|i| json!({"op": "copy", "from": "/data/v", "path": format!("/data/c{i}")})));
+    ops.extend(
+        (1..10_000)
+            .map(|i| json!({"op": "copy", "from": "/data/v", "path": format!("/data/c{i}")})),
+    );
     measure!(
         "10,000 copies within the copy budget",
         "PATCH",
@@ -165,15 +172,31 @@ async fn every_request_is_bounded() {
         zeros.extend_from_slice(b",0");
     }
     zeros.push(b']');
-    measure!("3 MiB array of zeros (POST)", "POST", CM, "application/json", zeros, [400]);
-    let mut keys = String::from("{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"keys\"},\"data\":{");
+    measure!(
+        "3 MiB array of zeros (POST)",
+        "POST",
+        CM,
+        "application/json",
+        zeros,
+        [400]
+    );
+    let mut keys = String::from(
+        "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"keys\"},\"data\":{",
+    );
     let mut i = 0;
     while keys.len() + 40 < max {
         keys.push_str(&format!("\"{i:x}\":\"\","));
         i += 1;
     }
     keys.push_str("\"end\":\"\"}}");
-    measure!("3 MiB of small keys (POST)", "POST", CM, "application/json", keys.into_bytes(), [413, 422]);
+    measure!(
+        "3 MiB of small keys (POST)",
+        "POST",
+        CM,
+        "application/json",
+        keys.into_bytes(),
+        [413, 422]
+    );
     let mut merge = String::from("{\"data\":{");
     let mut i = 0;
     while merge.len() + 40 < max {
@@ -205,7 +228,14 @@ async fn every_request_is_bounded() {
             "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
         ));
     }
-    measure!("YAML alias bomb", "POST", CM, "application/yaml", y.into_bytes(), [400]);
+    measure!(
+        "YAML alias bomb",
+        "POST",
+        CM,
+        "application/yaml",
+        y.into_bytes(),
+        [400]
+    );
     // Over the body limit.
     measure!(
         "4 MiB body",
@@ -252,7 +282,12 @@ async fn every_request_is_bounded() {
     assert_eq!(now["data"], json!({"seed": "x".repeat(40)}));
     for name in ["keys"] {
         let (code, _) = api
-            .call("GET", &format!("{CM}/{name}"), "application/json", Vec::new())
+            .call(
+                "GET",
+                &format!("{CM}/{name}"),
+                "application/json",
+                Vec::new(),
+            )
             .await;
         assert_eq!(code, 404, "{name} was stored");
     }

@@ -33,7 +33,11 @@ fn curl(f: &Ferry, method: &str, path: &str, content_type: &str, body: &[u8]) ->
         .arg(pki.join("ca.crt"))
         .args(["-X", method, "-H"])
         .arg(format!("Authorization: Bearer {}", token.trim()))
-        .args(["-H", &format!("Content-Type: {content_type}"), "--data-binary"])
+        .args([
+            "-H",
+            &format!("Content-Type: {content_type}"),
+            "--data-binary",
+        ])
         .arg(format!("@{}", body_file.display()))
         .arg(format!("{server}{path}"))
         .output()
@@ -69,7 +73,11 @@ fn mode(p: &Path) -> u32 {
 
 fn cm_state(f: &Ferry) -> serde_json::Value {
     let out = f.kubectl(&["get", "configmap", "doubling", "-o", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = json(&String::from_utf8_lossy(&out.stdout));
     serde_json::json!({"rv": v["metadata"]["resourceVersion"], "data": v["data"]})
 }
@@ -82,7 +90,12 @@ fn bounded_patches_and_private_files() {
     let pid = f.pid().unwrap();
     f.k(
         "kubectl",
-        &["create", "configmap", "doubling", &format!("--from-literal=seed={}", "x".repeat(40))],
+        &[
+            "create",
+            "configmap",
+            "doubling",
+            &format!("--from-literal=seed={}", "x".repeat(40)),
+        ],
     );
     let before = cm_state(&f);
     let peak_before = peak_rss(pid);
@@ -92,7 +105,14 @@ fn bounded_patches_and_private_files() {
         .map(|i| serde_json::json!({"op": "copy", "from": "/data", "path": format!("/data/k{i}")}))
         .collect();
     let patch = serde_json::to_string(&ops).unwrap();
-    let out = f.kubectl(&["patch", "configmap", "doubling", "--type=json", "-p", &patch]);
+    let out = f.kubectl(&[
+        "patch",
+        "configmap",
+        "doubling",
+        "--type=json",
+        "-p",
+        &patch,
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -101,7 +121,13 @@ fn bounded_patches_and_private_files() {
         "{stderr}"
     );
     let path = format!("{CM}/doubling");
-    let (code, body) = curl(&f, "PATCH", &path, "application/json-patch+json", patch.as_bytes());
+    let (code, body) = curl(
+        &f,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        patch.as_bytes(),
+    );
     assert_eq!(code, 422, "{body}");
     let status = json(&body);
     assert_eq!(status["reason"], "Invalid", "{body}");
@@ -125,18 +151,35 @@ fn bounded_patches_and_private_files() {
     );
 
     // A body over 3 MiB, and an object over etcd's 1.5 MiB: 413, nothing stored.
-    let (code, body) = curl(&f, "POST", CM, "application/json", &vec![b' '; 4 * 1024 * 1024]);
+    let (code, body) = curl(
+        &f,
+        "POST",
+        CM,
+        "application/json",
+        &vec![b' '; 4 * 1024 * 1024],
+    );
     assert_eq!(code, 413, "{body}");
-    assert_eq!(json(&body)["message"], "Request entity too large: limit is 3145728");
+    assert_eq!(
+        json(&body)["message"],
+        "Request entity too large: limit is 3145728"
+    );
     // (A Pod: ConfigMaps and Secrets are held to 1 MiB by validation first.)
     let big = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "too-big"},
         "spec": {"containers": [{"name": "c", "image": "busybox", "args": ["y".repeat(2_000_000)]}]}});
     let pods = "/api/v1/namespaces/default/pods";
-    let (code, body) =
-        curl(&f, "POST", pods, "application/json", &serde_json::to_vec(&big).unwrap());
+    let (code, body) = curl(
+        &f,
+        "POST",
+        pods,
+        "application/json",
+        &serde_json::to_vec(&big).unwrap(),
+    );
     assert_eq!(code, 413, "{body}");
-    assert_eq!(json(&body)["message"], "Request entity too large: limit is 1572864");
+    assert_eq!(
+        json(&body)["message"],
+        "Request entity too large: limit is 1572864"
+    );
     let out = f.kubectl(&["get", "pod", "too-big"]);
     assert!(!out.status.success());
     // Growing an object past the limit by a merge patch is refused the same way.

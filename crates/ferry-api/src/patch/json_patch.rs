@@ -181,8 +181,8 @@ fn apply_op(doc: &mut Value, op: &Value, state: &mut State) -> Result<(), PatchE
                 ))
             };
             // A value moved no deeper than it was keeps the document within its bound.
-            let could_deepen = path.len() + state.depth_bound.saturating_sub(from.len())
-                > state.limits.max_depth;
+            let could_deepen =
+                path.len() + state.depth_bound.saturating_sub(from.len()) > state.limits.max_depth;
             if path.len() > from.len() {
                 if could_deepen {
                     let d = get(doc, &from).map(depth).ok_or_else(missing_from)?;
@@ -514,8 +514,9 @@ mod tests {
         assert_eq!(e.code(), 422, "{e}");
         let msg = e.to_string();
         assert!(
-            msg.starts_with("Unable to complete the copy, the accumulated size increase of copy is ")
-                && msg.ends_with(", exceeding the limit 3145728"),
+            msg.starts_with(
+                "Unable to complete the copy, the accumulated size increase of copy is "
+            ) && msg.ends_with(", exceeding the limit 3145728"),
             "{msg}"
         );
         // The total named is the first one past the limit (the document doubled each time).
@@ -523,21 +524,28 @@ mod tests {
             .split_whitespace()
             .find_map(|w| w.trim_end_matches(',').parse().ok().filter(|n| *n > 1000))
             .unwrap();
-        assert!(total > MAX_COPY_BYTES && total <= 2 * MAX_COPY_BYTES + 200, "{total}");
+        assert!(
+            total > MAX_COPY_BYTES && total <= 2 * MAX_COPY_BYTES + 200,
+            "{total}"
+        );
         // Within the limit, the same copies apply.
         let small = Limits {
             max_copy_bytes: u64::MAX,
             ..Limits::default()
         };
         let out = apply_with(&cm, &self_doubling(5), &small).unwrap();
-        assert_eq!(out["data"]["k4"]["k3"]["k2"]["k1"]["k0"]["seed"], json!("x".repeat(40)));
+        assert_eq!(
+            out["data"]["k4"]["k3"]["k2"]["k1"]["k0"]["seed"],
+            json!("x".repeat(40))
+        );
     }
 
     #[test]
     fn copy_bytes_are_counted_as_compact_json() {
         let doc = json!({"a": "xyz", "b": []});
         // `"xyz"` is 5 bytes: two copies are 10.
-        let ops = json!([{"op":"copy","from":"/a","path":"/c"},{"op":"copy","from":"/a","path":"/d"}]);
+        let ops =
+            json!([{"op":"copy","from":"/a","path":"/c"},{"op":"copy","from":"/a","path":"/d"}]);
         let lim = |n| Limits {
             max_copy_bytes: n,
             ..Limits::default()
