@@ -580,7 +580,31 @@ async fn pod_worker(
     let stop = CancellationToken::new();
     let mut init_ok = true;
     for c in spec.init_containers.clone().unwrap_or_default() {
+        // initContainerStatuses as kubelet reports them (kubectl shows Init:i/n from these).
+        let started_at = now();
+        status.set_init(
+            &c.name,
+            State::Running {
+                started_at: started_at.clone(),
+            },
+        );
+        status.push(&pods, &name, false, false).await;
         let code = run_once(&ctx, &c, &stop, &mut rx, &gone).await;
+        let exit = code.unwrap_or(128 + 9);
+        status.set_init(
+            &c.name,
+            State::Terminated(Terminated {
+                exit_code: exit,
+                signal: None,
+                reason: Terminated::reason_for(exit).to_string(),
+                message: None,
+                started_at: Some(started_at),
+                finished_at: now(),
+            }),
+        );
+        if code == Some(0) {
+            status.push(&pods, &name, false, false).await;
+        }
         if code != Some(0) {
             init_ok = false;
             break;
@@ -760,6 +784,7 @@ struct StatusBook {
     init_failed: bool,
     policy: String,
     containers: Vec<podstate::Container>,
+    init_containers: Vec<podstate::Container>,
     transitions: HashMap<&'static str, (bool, String)>,
     scheduled: Option<Value>,
     last_sent: Option<Value>,
@@ -787,7 +812,27 @@ impl StatusBook {
             sandbox_ready: false,
             init_done: spec.init_containers.as_ref().is_none_or(|v| v.is_empty()),
             init_failed: false,
-            policy: spec.restart_policy.unwrap_or_else(|| "Always".into()),
+            policy: spec
+                .restart_policy
+                .clone()
+                .unwrap_or_else(|| "Always".into()),
+            init_containers: spec
+                .init_containers
+                .iter()
+                .flatten()
+                .map(|c| podstate::Container {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                    state: State::Waiting {
+                        reason: "PodInitializing".into(),
+                        message: None,
+                    },
+                    last: None,
+                    restart_count: 0,
+                    ready: false,
+                    started: false,
+                })
+                .collect(),
             containers: spec
                 .containers
                 .iter()
@@ -807,6 +852,14 @@ impl StatusBook {
             transitions: HashMap::new(),
             scheduled,
             last_sent: None,
+        }
+    }
+
+    fn set_init(&mut self, name: &str, state: State) {
+        if let Some(c) = self.init_containers.iter_mut().find(|c| c.name == name) {
+            c.ready = matches!(&state, State::Terminated(t) if t.exit_code == 0);
+            c.started = matches!(state, State::Running { .. });
+            c.state = state;
         }
     }
 
@@ -931,6 +984,29 @@ impl StatusBook {
             "startTime": self.start_time,
             "containerStatuses": statuses,
         });
+        if !self.init_containers.is_empty() {
+            status["initContainerStatuses"] = json!(
+                self.init_containers
+                    .iter()
+                    .map(|c| {
+                        let mut v = json!({
+                            "name": c.name,
+                            "image": c.image,
+                            "imageID": format!("ferry://{}", c.image),
+                            "ready": c.ready,
+                            "started": c.started,
+                            "restartCount": c.restart_count,
+                            "state": state_json(&c.state),
+                            "lastState": {},
+                        });
+                        if !matches!(c.state, State::Waiting { .. }) {
+                            v["containerID"] = json!(format!("ferry://{}-0", c.name));
+                        }
+                        v
+                    })
+                    .collect::<Vec<_>>()
+            );
+        }
         if !self.pod_ips.is_empty() {
             status["podIP"] = json!(self.pod_ips[0]);
             status["podIPs"] = json!(
@@ -1964,5 +2040,38 @@ mod reap_tests {
             std::fs::read_dir(&pod).expect("dir").next().is_none(),
             "markers removed"
         );
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn init_container_statuses_are_reported() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"initContainers": [{"name": "wait", "image": "busybox"}],
+                     "containers": [{"name": "c", "image": "busybox"}]}
+        }))
+        .expect("pod");
+        let mut book = StatusBook::new(&pod, &[]);
+        let s = book.render(false, false);
+        assert_eq!(
+            s["initContainerStatuses"][0]["state"]["waiting"]["reason"],
+            "PodInitializing"
+        );
+        book.set_init(
+            "wait",
+            State::Running {
+                started_at: "t".into(),
+            },
+        );
+        let s = book.render(false, false);
+        assert_eq!(
+            s["initContainerStatuses"][0]["state"]["running"]["startedAt"],
+            "t"
+        );
+        assert_eq!(s["phase"], "Pending");
     }
 }
