@@ -442,18 +442,11 @@ impl Endpoint {
             info.restart_count
         };
         let file = info.log_dir.join(format!("{restart}.log"));
-        let data = tokio::fs::read(&file).await.unwrap_or_default();
-        let mut start = 0usize;
-        if let Some(n) = get(q, "tailLines").and_then(|v| v.parse::<usize>().ok()) {
-            start = tail_offset(&data, n);
-        }
-        let mut first = data[start..].to_vec();
-        if let Some(limit) = get(q, "limitBytes").and_then(|v| v.parse::<usize>().ok()) {
-            first.truncate(limit);
-        }
+        let tail = get(q, "tailLines").and_then(|v| v.parse::<usize>().ok());
+        let limit = get(q, "limitBytes").and_then(|v| v.parse::<usize>().ok());
+        let (first, offset) = read_log_window(&file, tail, limit).await;
         let follow = flag(q, "follow") && !previous;
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-        let offset = data.len() as u64;
         let _ = tx.try_send(Bytes::from(first));
         if follow {
             let shared = shared.clone();
@@ -618,6 +611,52 @@ fn tokio_stream_from(
 }
 
 /// Byte offset where the last `n` lines of `data` start.
+/// The part of a log file a request asks for, reading only that part: the last `tail` lines
+/// (read backwards in chunks from the end), then at most `limit` bytes of them. Returns the
+/// bytes and the file's length (where following continues).
+async fn read_log_window(
+    file: &std::path::Path,
+    tail: Option<usize>,
+    limit: Option<usize>,
+) -> (Vec<u8>, u64) {
+    const CHUNK: u64 = 64 * 1024;
+    let Ok(mut f) = tokio::fs::File::open(file).await else {
+        return (Vec::new(), 0);
+    };
+    let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let mut start = 0u64;
+    if let Some(n) = tail {
+        // Grow a window back from the end until it holds n complete lines (or the file).
+        let mut from = len;
+        let mut window: Vec<u8> = Vec::new();
+        loop {
+            let next = from.saturating_sub(CHUNK);
+            let mut chunk = vec![0u8; (from - next) as usize];
+            if f.seek(std::io::SeekFrom::Start(next)).await.is_err()
+                || f.read_exact(&mut chunk).await.is_err()
+            {
+                return (Vec::new(), len);
+            }
+            chunk.extend_from_slice(&window);
+            window = chunk;
+            from = next;
+            let off = tail_offset(&window, n);
+            if off > 0 || from == 0 {
+                start = from + off as u64;
+                break;
+            }
+        }
+    }
+    let want = (len - start).min(limit.map_or(u64::MAX, |l| l as u64));
+    let mut out = vec![0u8; want as usize];
+    if f.seek(std::io::SeekFrom::Start(start)).await.is_err()
+        || f.read_exact(&mut out).await.is_err()
+    {
+        return (Vec::new(), len);
+    }
+    (out, len)
+}
+
 pub fn tail_offset(data: &[u8], n: usize) -> usize {
     if n == 0 {
         return data.len();
@@ -874,6 +913,29 @@ pub async fn serve(ep: Arc<Endpoint>, listener: TcpListener, stop: CancellationT
 
 #[cfg(test)]
 mod tests {
+
+    #[tokio::test]
+    async fn log_window_reads_only_the_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("0.log");
+        // 20,000 lines (well over one 64 KiB chunk).
+        let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, &text).expect("write");
+        let len = text.len() as u64;
+        let (all, end) = read_log_window(&path, None, None).await;
+        assert_eq!((all.len() as u64, end), (len, len));
+        let (t, _) = read_log_window(&path, Some(2), None).await;
+        assert_eq!(t, b"line 19998\nline 19999\n");
+        let (t, _) = read_log_window(&path, Some(15_000), None).await;
+        assert!(t.starts_with(b"line 5000\n") && t.ends_with(b"line 19999\n"));
+        let (t, _) = read_log_window(&path, Some(50_000), Some(12)).await;
+        assert_eq!(t, b"line 0\nline ");
+        let (t, _) = read_log_window(&path, Some(0), None).await;
+        assert!(t.is_empty());
+        let (t, end) = read_log_window(&dir.path().join("missing.log"), Some(3), None).await;
+        assert!(t.is_empty() && end == 0);
+    }
+
     use super::*;
 
     #[test]
