@@ -1,0 +1,294 @@
+//! Issue 14, identities and authorization, end to end against `ferry up` with kubectl: three
+//! identities (the admin, a ServiceAccount bound to `view` in one namespace, an unbound
+//! ServiceAccount) — `kubectl auth can-i` answers as upstream, and the requests themselves are
+//! allowed or refused with upstream's 403 message; `auth whoami`, `auth can-i --list`,
+//! `create token`; the identity controllers (`default` ServiceAccount, `kube-root-ca.crt`,
+//! aggregated `view`).
+
+mod common;
+
+use common::{Ferry, eventually, json};
+
+fn out(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+fn err(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).trim().to_string()
+}
+
+/// kubectl as the holder of `token` (empty: the kubeconfig's admin).
+fn as_user(f: &Ferry, token: &str, args: &[&str]) -> std::process::Output {
+    let mut v: Vec<&str> = Vec::new();
+    if !token.is_empty() {
+        v.extend(["--token", token]);
+    }
+    v.extend(args);
+    f.kubectl_with("kubectl", &v, None)
+}
+
+/// `kubectl auth can-i` as `token`: Some(true) for "yes" (exit 0), Some(false) for "no" (exit 1).
+fn can_i(f: &Ferry, token: &str, args: &[&str]) -> bool {
+    let mut v = vec!["auth", "can-i"];
+    v.extend(args);
+    let o = as_user(f, token, &v);
+    match (o.status.code(), out(&o).as_str()) {
+        (Some(0), "yes") => true,
+        (Some(1), s) if s.starts_with("no") => false,
+        _ => panic!(
+            "auth can-i {args:?}: {:?} {} {}\n{}",
+            o.status,
+            out(&o),
+            err(&o),
+            f.log()
+        ),
+    }
+}
+
+#[test]
+fn three_identities_with_kubectl() {
+    let f = Ferry::start();
+    // The identity controllers.
+    f.k("kubectl", &["create", "namespace", "team-a"]);
+    assert!(
+        eventually(60, || f
+            .kubectl(&["get", "serviceaccount", "default", "-n", "team-a"])
+            .status
+            .success()),
+        "the default ServiceAccount appears in a new namespace\n{}",
+        f.log()
+    );
+    assert!(
+        eventually(60, || {
+            let o = f.kubectl(&[
+                "get",
+                "configmap",
+                "kube-root-ca.crt",
+                "-n",
+                "team-a",
+                "-o",
+                "json",
+            ]);
+            o.status.success()
+                && json(&out(&o))["data"]["ca.crt"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("BEGIN CERTIFICATE"))
+        }),
+        "kube-root-ca.crt is published"
+    );
+    assert!(
+        eventually(60, || {
+            let v = json(&f.k("kubectl", &["get", "clusterrole", "view", "-o", "json"]));
+            v["rules"].as_array().is_some_and(|r| !r.is_empty())
+        }),
+        "view is aggregated from system:aggregate-to-view"
+    );
+    let table = f.k(
+        "kubectl",
+        &["get", "clusterrolebinding", "cluster-admin", "-o", "wide"],
+    );
+    assert!(
+        table.contains("ClusterRole/cluster-admin") && table.contains("system:masters"),
+        "{table}"
+    );
+
+    // Two ServiceAccounts; `reader` may view team-a.
+    f.k(
+        "kubectl",
+        &["create", "serviceaccount", "reader", "-n", "team-a"],
+    );
+    f.k(
+        "kubectl",
+        &["create", "serviceaccount", "nobody", "-n", "team-a"],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "rolebinding",
+            "reader-view",
+            "--clusterrole=view",
+            "--serviceaccount=team-a:reader",
+            "-n",
+            "team-a",
+        ],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "configmap",
+            "c1",
+            "-n",
+            "team-a",
+            "--from-literal=a=1",
+        ],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s1",
+            "-n",
+            "team-a",
+            "--from-literal=a=1",
+        ],
+    );
+    let reader = f
+        .k("kubectl", &["create", "token", "reader", "-n", "team-a"])
+        .trim()
+        .to_string();
+    let nobody = f
+        .k(
+            "kubectl",
+            &[
+                "create",
+                "token",
+                "nobody",
+                "-n",
+                "team-a",
+                "--duration=20m",
+            ],
+        )
+        .trim()
+        .to_string();
+    assert_eq!(reader.split('.').count(), 3, "a JWT: {reader}");
+
+    // whoami.
+    let who = out(&as_user(&f, &reader, &["auth", "whoami", "-o", "json"]));
+    let who = json(&who);
+    assert_eq!(
+        who["status"]["userInfo"]["username"],
+        "system:serviceaccount:team-a:reader"
+    );
+    let who = out(&as_user(&f, "", &["auth", "whoami"]));
+    assert!(
+        who.contains("admin") && who.contains("system:masters"),
+        "{who}"
+    );
+
+    // can-i as upstream answers it for each identity.
+    let cases: &[(&str, &[&str], [bool; 3])] = &[
+        (
+            "list pods in team-a",
+            &["list", "pods", "-n", "team-a"],
+            [true, true, false],
+        ),
+        (
+            "get pods/log in team-a",
+            &["get", "pods", "--subresource=log", "-n", "team-a"],
+            [true, true, false],
+        ),
+        (
+            "watch deployments in team-a",
+            &["watch", "deployments.apps", "-n", "team-a"],
+            [true, true, false],
+        ),
+        (
+            "list secrets in team-a",
+            &["list", "secrets", "-n", "team-a"],
+            [true, false, false],
+        ),
+        (
+            "create configmaps in team-a",
+            &["create", "configmaps", "-n", "team-a"],
+            [true, false, false],
+        ),
+        (
+            "list pods in default",
+            &["list", "pods", "-n", "default"],
+            [true, false, false],
+        ),
+        ("list nodes", &["list", "nodes"], [true, false, false]),
+        (
+            "create selfsubjectaccessreviews",
+            &["create", "selfsubjectaccessreviews.authorization.k8s.io"],
+            [true, true, true],
+        ),
+        ("get /api", &["get", "/api"], [true, true, true]),
+        ("get /metrics", &["get", "/metrics"], [true, false, false]),
+    ];
+    for (what, args, want) in cases {
+        for (i, token) in ["", reader.as_str(), nobody.as_str()]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(can_i(&f, token, args), want[i], "{what} as identity {i}");
+        }
+    }
+
+    // The requests themselves.
+    let o = as_user(&f, &reader, &["get", "configmaps", "-n", "team-a"]);
+    assert!(o.status.success() && out(&o).contains("c1"), "{}", err(&o));
+    let o = as_user(&f, &reader, &["get", "pods", "-n", "team-a"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = as_user(&f, &reader, &["get", "secrets", "-n", "team-a"]);
+    assert!(!o.status.success());
+    assert!(
+        err(&o).contains(
+            "Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:team-a:reader\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team-a\""
+        ),
+        "{}",
+        err(&o)
+    );
+    let o = as_user(&f, &reader, &["delete", "configmap", "c1", "-n", "team-a"]);
+    assert!(
+        err(&o).contains(
+            "configmaps \"c1\" is forbidden: User \"system:serviceaccount:team-a:reader\" cannot delete resource \"configmaps\" in API group \"\" in the namespace \"team-a\""
+        ),
+        "{}",
+        err(&o)
+    );
+    let o = as_user(&f, &nobody, &["get", "configmaps", "-n", "team-a"]);
+    assert!(
+        err(&o).contains(
+            "configmaps is forbidden: User \"system:serviceaccount:team-a:nobody\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"team-a\""
+        ),
+        "{}",
+        err(&o)
+    );
+    let o = as_user(&f, &nobody, &["get", "nodes"]);
+    assert!(
+        err(&o).contains(
+            "nodes is forbidden: User \"system:serviceaccount:team-a:nobody\" cannot list resource \"nodes\" in API group \"\" at the cluster scope"
+        ),
+        "{}",
+        err(&o)
+    );
+    // The configmap is still there, the admin may do anything.
+    f.k("kubectl", &["get", "configmap", "c1", "-n", "team-a"]);
+    f.k("kubectl", &["get", "secrets", "-A"]);
+
+    // can-i --list.
+    let list = out(&as_user(
+        &f,
+        &reader,
+        &["auth", "can-i", "--list", "-n", "team-a"],
+    ));
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("pods ") && l.contains("[get list watch]")),
+        "{list}"
+    );
+    assert!(!list.lines().any(|l| l.starts_with("secrets ")), "{list}");
+    let list = out(&as_user(&f, "", &["auth", "can-i", "--list"]));
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("*.*") && l.contains("[*]")),
+        "{list}"
+    );
+
+    // Deleting the ServiceAccount revokes its tokens.
+    f.k(
+        "kubectl",
+        &["delete", "serviceaccount", "reader", "-n", "team-a"],
+    );
+    assert!(
+        eventually(30, || {
+            let o = as_user(&f, &reader, &["get", "pods", "-n", "team-a"]);
+            err(&o).contains("Unauthorized")
+        }),
+        "the deleted ServiceAccount's token is refused"
+    );
+}
