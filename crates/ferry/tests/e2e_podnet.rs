@@ -870,6 +870,35 @@ spec:
     ]);
     c.exec_until("vols", None, &["cat", "/ferry-e2e/cm/hi.txt"], "updated");
 
+    // Init containers as upstream reports them: Init:0/1, then Running.
+    c.apply(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {name: initp}
+spec:
+  initContainers:
+  - {name: wait, image: busybox, command: ["sleep", "4"]}
+  containers:
+  - {name: c, image: busybox, command: ["sleep", "3600"]}
+"#,
+    );
+    assert!(
+        eventually(30, || {
+            let out = c.kubectl(&["get", "pod", "initp", "--no-headers"], None);
+            String::from_utf8_lossy(&out.stdout).contains("Init:0/1")
+        }),
+        "never Init:0/1"
+    );
+    c.wait_running(&["initp"]);
+    assert_eq!(
+        c.jsonpath(
+            "pod",
+            "initp",
+            "{.status.initContainerStatuses[0].state.terminated.reason}"
+        ),
+        "Completed"
+    );
+
     c.sigterm();
     assert!(
         eventually(10, || namespaces(&prefix).is_empty()
