@@ -72,15 +72,12 @@ mod tests {
             .push(rcgen::DnType::OrganizationName, "system:nodes");
         params
             .distinguished_name
-            .push(rcgen::DnType::OrganizationName, "team-a");
-        params
-            .distinguished_name
             .push(rcgen::DnType::CommonName, "system:node:n1");
         let key = rcgen::KeyPair::generate().expect("key");
         let cert = params.self_signed(&key).expect("cert");
         let u = user_of_certificate(cert.der()).expect("user");
         assert_eq!(u.name, "system:node:n1");
-        assert_eq!(u.groups, ["system:nodes", "team-a", "system:authenticated"]);
+        assert_eq!(u.groups, ["system:nodes", "system:authenticated"]);
         assert!(user_of_certificate(b"not a certificate").is_none());
     }
 }
