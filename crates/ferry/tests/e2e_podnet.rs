@@ -694,6 +694,19 @@ fn seed_004_nginx_https_and_volumes() {
         eprintln!("skipped: needs nginx");
         return;
     }
+    // Pods share the machine's file system: mount points that do not exist are made (empty);
+    // the ones this test makes are removed at the end (only if empty).
+    let made: Vec<&str> = [
+        "/etc/nginx/ssl",
+        "/run/ferry-e2e-nginx",
+        "/ferry-e2e/cm",
+        "/ferry-e2e/info",
+        "/ferry-e2e/proj",
+        "/ferry-e2e",
+    ]
+    .into_iter()
+    .filter(|p| !Path::new(p).exists())
+    .collect();
     let mut c = Cluster::start(&[]);
     let prefix = prefix_of(c.dir.path());
     let dir = c.dir.path().display().to_string();
@@ -900,6 +913,9 @@ spec:
     );
 
     c.sigterm();
+    for p in made {
+        let _ = std::fs::remove_dir(p);
+    }
     assert!(
         eventually(10, || namespaces(&prefix).is_empty()
             && processes(&dir).is_empty()),
