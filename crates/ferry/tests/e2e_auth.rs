@@ -279,6 +279,141 @@ fn three_identities_with_kubectl() {
         "{list}"
     );
 
+    // A client certificate from the cluster CA: CN is the user, O the group.
+    let d = f.dir.path();
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl");
+        assert!(o.status.success(), "openssl {args:?}: {}", err(&o));
+    };
+    std::fs::write(
+        d.join("client.ext"),
+        "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("ext");
+    run(&[
+        "ecparam",
+        "-name",
+        "prime256v1",
+        "-genkey",
+        "-noout",
+        "-out",
+        "jane.key",
+    ]);
+    run(&[
+        "req",
+        "-new",
+        "-key",
+        "jane.key",
+        "-subj",
+        "/O=viewers/CN=jane",
+        "-out",
+        "jane.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "jane.csr",
+        "-CA",
+        "pki/ca.crt",
+        "-CAkey",
+        "pki/ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+        "-out",
+        "jane.crt",
+    ]);
+    let admin_kc = std::fs::read_to_string(d.join("kubeconfig")).expect("kubeconfig");
+    let server = admin_kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server");
+    let kc = d.join("jane.kubeconfig");
+    let write = |user_lines: &str| {
+        let ca = d.join("pki/ca.crt");
+        std::fs::write(
+            &kc,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user:\n{user_lines}",
+                ca.display()
+            ),
+        )
+        .expect("write kubeconfig");
+    };
+    write(&format!(
+        "    client-certificate: {}\n    client-key: {}\n",
+        d.join("jane.crt").display(),
+        d.join("jane.key").display()
+    ));
+    let jane = |args: &[&str]| {
+        let mut v = vec!["--kubeconfig", kc.to_str().expect("path")];
+        v.extend(args);
+        f.kubectl_with("kubectl", &v, None)
+    };
+    let who = json(&out(&jane(&["auth", "whoami", "-o", "json"])));
+    assert_eq!(who["status"]["userInfo"]["username"], "jane", "{who}");
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        serde_json::json!(["viewers", "system:authenticated"])
+    );
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "rolebinding",
+            "viewers",
+            "--clusterrole=view",
+            "--group=viewers",
+            "-n",
+            "team-a",
+        ],
+    );
+    assert!(eventually(30, || jane(&[
+        "get",
+        "configmaps",
+        "-n",
+        "team-a"
+    ])
+    .status
+    .success()));
+    let o = jane(&["get", "secrets", "-n", "team-a"]);
+    assert!(
+        err(&o).contains("secrets is forbidden: User \"jane\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team-a\""),
+        "{}",
+        err(&o)
+    );
+    // A certificate from another CA is no identity.
+    run(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "jane.key",
+        "-subj",
+        "/O=system:masters/CN=mallory",
+        "-days",
+        "1",
+        "-out",
+        "self.crt",
+    ]);
+    write(&format!(
+        "    client-certificate: {}\n    client-key: {}\n",
+        d.join("self.crt").display(),
+        d.join("jane.key").display()
+    ));
+    let o = jane(&["get", "secrets", "-A"]);
+    assert!(
+        !o.status.success(),
+        "a self-signed certificate must not authenticate"
+    );
+
     // Deleting the ServiceAccount revokes its tokens.
     f.k(
         "kubectl",
