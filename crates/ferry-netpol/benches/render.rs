@@ -43,7 +43,12 @@ fn model() -> Model {
             let addr = match (n, i) {
                 (0, 0) => ip(A),
                 (0, 1) => ip(B),
-                _ => IpAddr::V4(Ipv4Addr::new(10, n as u8, (i / 200) as u8, (i % 200 + 1) as u8)),
+                _ => IpAddr::V4(Ipv4Addr::new(
+                    10,
+                    n as u8,
+                    (i / 200) as u8,
+                    (i % 200 + 1) as u8,
+                )),
             };
             m.pods.insert(
                 PodKey::new(ns.clone(), format!("p{i}")),
@@ -70,13 +75,25 @@ fn model() -> Model {
         for k in 0..POLICIES_PER_NS {
             let sel = json!({"matchLabels": {"app": format!("app{k}")}});
             let spec = match k % 5 {
-                0 => json!({"podSelector": sel, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": format!("app{}", (k + 1) % 20)}}}], "ports": [{"port": 80}]}]}),
-                1 => json!({"podSelector": sel, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": format!("t{}", k % 3)}}, "podSelector": {"matchLabels": {"tier": "1"}}}], "ports": [{"port": "http"}]}]}),
-                2 => json!({"podSelector": sel, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": [format!("10.{n}.0.0/24")]}}], "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53}]}]}),
-                3 => json!({"podSelector": sel, "ingress": [{"from": [{"namespaceSelector": {}}], "ports": [{"port": 8000, "endPort": 9000}, {"protocol": "SCTP"}]}]}),
-                _ => json!({"podSelector": sel, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [{"podSelector": {}}]}], "egress": [{"to": [{"podSelector": {"matchLabels": {"tier": "2"}}}, {"namespaceSelector": {"matchLabels": {"team": "t0"}}}]}]}),
+                0 => {
+                    json!({"podSelector": sel, "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": format!("app{}", (k + 1) % 20)}}}], "ports": [{"port": 80}]}]})
+                }
+                1 => {
+                    json!({"podSelector": sel, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": format!("t{}", k % 3)}}, "podSelector": {"matchLabels": {"tier": "1"}}}], "ports": [{"port": "http"}]}]})
+                }
+                2 => {
+                    json!({"podSelector": sel, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": [format!("10.{n}.0.0/24")]}}], "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53}]}]})
+                }
+                3 => {
+                    json!({"podSelector": sel, "ingress": [{"from": [{"namespaceSelector": {}}], "ports": [{"port": 8000, "endPort": 9000}, {"protocol": "SCTP"}]}]})
+                }
+                _ => {
+                    json!({"podSelector": sel, "policyTypes": ["Ingress", "Egress"], "ingress": [{"from": [{"podSelector": {}}]}], "egress": [{"to": [{"podSelector": {"matchLabels": {"tier": "2"}}}, {"namespaceSelector": {"matchLabels": {"team": "t0"}}}]}]})
+                }
             };
-            let p = policy(json!({"metadata": {"name": format!("np{k}"), "namespace": ns}, "spec": spec}));
+            let p = policy(
+                json!({"metadata": {"name": format!("np{k}"), "namespace": ns}, "spec": spec}),
+            );
             if let Ok(p) = p {
                 m.policies.insert(p.key(), p);
             }
@@ -146,7 +163,11 @@ print(min(best) * 1e6)
 fn lab() -> Option<Lab> {
     let id = std::process::id();
     let lab = Lab {
-        names: [format!("fnb{id}n"), format!("fnb{id}a"), format!("fnb{id}b")],
+        names: [
+            format!("fnb{id}n"),
+            format!("fnb{id}a"),
+            format!("fnb{id}b"),
+        ],
         children: Vec::new(),
     };
     let [node, a, b] = &lab.names;
@@ -160,14 +181,18 @@ fn lab() -> Option<Lab> {
         v.extend_from_slice(args);
         sh(&v)
     };
-    for (pod, hif, hip, pip) in [
-        (a, "va", "198.18.200.1", A),
-        (b, "vb", "198.18.201.1", B),
-    ] {
-        let ok = sh(&["ip", "-n", node, "link", "add", hif, "type", "veth", "peer", "name", "eth0", "netns", pod])
-            && ex(node, &["ip", "addr", "add", &format!("{hip}/24"), "dev", hif])
-            && ex(node, &["ip", "link", "set", hif, "up"])
-            && ex(pod, &["ip", "addr", "add", &format!("{pip}/24"), "dev", "eth0"])
+    for (pod, hif, hip, pip) in [(a, "va", "198.18.200.1", A), (b, "vb", "198.18.201.1", B)] {
+        let ok = sh(&[
+            "ip", "-n", node, "link", "add", hif, "type", "veth", "peer", "name", "eth0", "netns",
+            pod,
+        ]) && ex(
+            node,
+            &["ip", "addr", "add", &format!("{hip}/24"), "dev", hif],
+        ) && ex(node, &["ip", "link", "set", hif, "up"])
+            && ex(
+                pod,
+                &["ip", "addr", "add", &format!("{pip}/24"), "dev", "eth0"],
+            )
             && ex(pod, &["ip", "link", "set", "eth0", "up"])
             && ex(pod, &["ip", "link", "set", "lo", "up"])
             && ex(pod, &["ip", "route", "add", "default", "via", hip]);
@@ -180,7 +205,16 @@ fn lab() -> Option<Lab> {
 
 fn connect_cost(lab: &Lab, n: usize) -> Option<f64> {
     let out = Command::new("ip")
-        .args(["netns", "exec", &lab.names[1], "python3", "-c", CLIENT, &n.to_string(), B])
+        .args([
+            "netns",
+            "exec",
+            &lab.names[1],
+            "python3",
+            "-c",
+            CLIENT,
+            &n.to_string(),
+            B,
+        ])
         .output()
         .ok()?;
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
@@ -229,7 +263,11 @@ fn main() {
     add_pod.pods.insert(
         PodKey::new("ns4", "new"),
         PodInfo {
-            labels: [("app".to_string(), "app0".to_string()), ("tier".to_string(), "1".to_string())].into(),
+            labels: [
+                ("app".to_string(), "app0".to_string()),
+                ("tier".to_string(), "1".to_string()),
+            ]
+            .into(),
             ips: vec![ip("10.4.9.9")],
             node: Some("n0".into()),
             host_network: false,
@@ -237,12 +275,17 @@ fn main() {
         },
     );
     let mut add_policy = m.clone();
-    if let Ok(p) = policy(json!({"metadata": {"name": "extra", "namespace": "ns5"}, "spec": {"podSelector": {"matchLabels": {"tier": "0"}},
-        "ingress": [{"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]}]}}))
-    {
+    if let Ok(p) = policy(
+        json!({"metadata": {"name": "extra", "namespace": "ns5"}, "spec": {"podSelector": {"matchLabels": {"tier": "0"}},
+        "ingress": [{"from": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]}]}}),
+    ) {
         add_policy.policies.insert(p.key(), p);
     }
-    let changes = [("pod relabelled", &relabel), ("pod added", &add_pod), ("policy added (34 pods)", &add_policy)];
+    let changes = [
+        ("pod relabelled", &relabel),
+        ("pod added", &add_pod),
+        ("policy added (34 pods)", &add_policy),
+    ];
     for (what, after) in changes {
         let t = Instant::now();
         let new = render(after, "n0", &opts);
@@ -301,7 +344,10 @@ fn main() {
     applier.resync();
     let t = Instant::now();
     let _ = applier.apply(&table);
-    println!("nft atomic reload over the existing table: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "nft atomic reload over the existing table: {:.0} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     for (what, after) in changes {
         let new = render(after, "n0", &opts);
         let t = Instant::now();
@@ -316,9 +362,10 @@ fn main() {
     // b (ns0/p1, app1) is isolated by ns0/np1 (tier=1 pods of team t1 on "http") and np0's
     // egress... a (ns0/p0, app0, tier 0) reaches it only through an extra rule: the last one.
     let mut allow = m.clone();
-    if let Ok(p) = policy(json!({"metadata": {"name": "zz-allow-a", "namespace": "ns0"}, "spec": {"podSelector": {"matchLabels": {"app": "app1"}},
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "app0", "tier": "0"}}}], "ports": [{"port": 80}]}]}}))
-    {
+    if let Ok(p) = policy(
+        json!({"metadata": {"name": "zz-allow-a", "namespace": "ns0"}, "spec": {"podSelector": {"matchLabels": {"app": "app1"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "app0", "tier": "0"}}}], "ports": [{"port": 80}]}]}}),
+    ) {
         allow.policies.insert(p.key(), p);
     }
     let _ = applier.apply(&render(&allow, "n0", &opts));
@@ -326,7 +373,14 @@ fn main() {
     match (bare, with) {
         (Some(b), Some(w)) => println!(
             "per connection (python connect+close, best of 3 × {conns}): no table {b:.1} µs, through the table (b isolated by {} rules) {w:.1} µs: ratio {:.2}",
-            allow.policies.values().filter(|p| p.namespace == "ns0" && p.pod_selector.matches(&allow.pods[&PodKey::new("ns0", "p1")].labels)).map(|p| p.ingress.len()).sum::<usize>(),
+            allow
+                .policies
+                .values()
+                .filter(|p| p.namespace == "ns0"
+                    && p.pod_selector
+                        .matches(&allow.pods[&PodKey::new("ns0", "p1")].labels))
+                .map(|p| p.ingress.len())
+                .sum::<usize>(),
             w / b
         ),
         _ => println!("per-connection measurement failed"),

@@ -267,7 +267,10 @@ fn nftables_and_iptables_in_a_throwaway_netns() {
     );
     let st = a.sync(&desired).unwrap();
     assert!(!st.full && st.ops > 0 && st.netlink, "{st:?}");
-    eprintln!("endpoint change over netlink: kernel {:?}, whole sync {:?}", st.kernel, st.took);
+    eprintln!(
+        "endpoint change over netlink: kernel {:?}, whole sync {:?}",
+        st.kernel, st.took
+    );
     let seen = client("198.19.0.10", 80, 60);
     assert_eq!(seen.get("198.18.1.3"), None, "{seen:?}");
     assert!(

@@ -177,5 +177,8 @@ async fn store_file_is_private() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let store = RedbStore::open(&file).unwrap();
     assert_eq!(mode(&file), 0o600);
-    assert_eq!(store.get("/k").await.unwrap().map(|kv| kv.value), Some(Bytes::from_static(b"v")));
+    assert_eq!(
+        store.get("/k").await.unwrap().map(|kv| kv.value),
+        Some(Bytes::from_static(b"v"))
+    );
 }

@@ -794,7 +794,9 @@ fn ingress_classes() {
                 &["spec", "parameters"],
                 json!({"kind": "IngressParameter", "name": "p", "scope": "Namespace"}),
             ),
-            &["spec.parameters.namespace: Required value: `parameters.scope` is set to 'Namespace'"],
+            &[
+                "spec.parameters.namespace: Required value: `parameters.scope` is set to 'Namespace'",
+            ],
         ),
     ];
     table(cases, defaults::ingress_class, super::ingress_class);
