@@ -101,6 +101,50 @@ fn apply_seed_manifests_then_configure() {
     }
 }
 
+/// `kubectl apply` then `kubectl apply --server-side` with a changed field: no conflict, as
+/// upstream (kubectl 1.26+ upgrades the managed fields itself; older ones rely on the server's
+/// last-applied migration), and the annotation follows the server-side applied configuration.
+#[test]
+fn client_side_then_server_side_apply_migrates() {
+    let f = Ferry::start();
+    for bin in kubectls() {
+        let name = if is_120(&bin) { "mig-120" } else { "mig-new" };
+        let v1 = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: \"1\"\n  b: \"2\"\n"
+        );
+        let out = f.k_stdin(&bin, &["apply", "-f", "-"], &v1);
+        assert!(out.status.success(), "{bin} csa: {}", stderr(&out));
+        let v2 = v1.replace("a: \"1\"", "a: \"3\"");
+        let out = f.k_stdin(&bin, &["apply", "--server-side", "-f", "-"], &v2);
+        assert!(
+            out.status.success(),
+            "{bin} ssa after csa conflicted: {}\n{}",
+            stderr(&out),
+            stdout(&out)
+        );
+        let cm = json(&f.k(&bin, &["get", "cm", name, "-o", "json"]));
+        assert_eq!(cm["data"]["a"], "3", "{cm}");
+        assert_eq!(cm["data"]["b"], "2", "{cm}");
+        let last =
+            cm["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        assert!(
+            last.contains("\"a\":\"3\""),
+            "{bin}: annotation not updated: {last}"
+        );
+        // Dropping a field in the next server-side apply removes it: kubectl owns it now.
+        let v3 = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  a: \"3\"\n"
+        );
+        let out = f.k_stdin(&bin, &["apply", "--server-side", "-f", "-"], &v3);
+        assert!(out.status.success(), "{bin}: {}", stderr(&out));
+        let cm = json(&f.k(&bin, &["get", "cm", name, "-o", "json"]));
+        assert!(cm["data"].get("b").is_none(), "{bin}: b survived: {cm}");
+    }
+}
+
 #[test]
 fn create_twice_is_already_exists() {
     for bin in kubectls() {

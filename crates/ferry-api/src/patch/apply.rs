@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value};
 
-use super::fieldset::{self, FieldSet, display, has_prefix, owned_by_config, remove_path};
+use super::fieldset::{self, FieldSet, Path, display, has_prefix, owned_by_config, remove_path};
 use super::json_patch::json_eq;
 use super::managed::{Entry, compare, entries, path_filter, set_entries};
 use super::schema::{FieldMeta, TypeRef};
@@ -129,13 +129,25 @@ pub fn apply(
     }
 
     let (changed, removed) = compare(&base, &merged, root);
-    let mut conflicts = Vec::new();
+    let mut conflicts: Vec<(String, &Path)> = Vec::new();
     for e in list.iter().filter(|e| !mine(e)) {
         for p in e.set.intersection(&changed) {
-            conflicts.push((e.manager.clone(), display(p)));
+            conflicts.push((e.manager.clone(), p));
+        }
+    }
+    // kubectl's own server-side apply takes over, without conflicts, the fields that its
+    // client-side apply last applied and that still hold those values (upstream's
+    // lastAppliedManager): the migration from `kubectl apply` to `kubectl apply --server-side`.
+    if !force && !conflicts.is_empty() && manager == KUBECTL {
+        if let Some(allowed) = allowed_from_last_applied(live_v, &cfg, root) {
+            conflicts.retain(|(_, p)| !allowed.contains(*p));
         }
     }
     if !force && !conflicts.is_empty() {
+        let mut conflicts: Vec<(String, String)> = conflicts
+            .into_iter()
+            .map(|(m, p)| (m, display(p)))
+            .collect();
         conflicts.sort();
         conflicts.dedup();
         return Err(ApplyConflicts { conflicts });
@@ -163,7 +175,82 @@ pub fn apply(
         None => list.push(entry),
     }
     set_entries(&mut merged, &list);
+    // ... and keeps the client-side annotation in step with what it applies (upstream's
+    // lastAppliedUpdater), so a later client-side `kubectl apply` computes the right patch.
+    if manager == KUBECTL && last_applied(&merged).is_some() {
+        let text = build_last_applied(applied);
+        if let Some(Value::Object(a)) = merged.pointer_mut("/metadata/annotations") {
+            a.insert(LAST_APPLIED.to_string(), Value::String(text));
+        }
+    }
     Ok(merged)
+}
+
+/// The field manager whose applies migrate client-side apply state (upstream hard-codes it).
+const KUBECTL: &str = "kubectl";
+/// `kubectl apply`'s record of what it applied last.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn last_applied(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(LAST_APPLIED))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+/// The fields of the live object's last-applied configuration whose live values are still the
+/// applied ones; `None` when there is no usable annotation (then nothing is allowed).
+fn allowed_from_last_applied(live: &Value, cfg: &Value, root: TypeRef) -> Option<FieldSet> {
+    let text = last_applied(live)?;
+    let last: Value = serde_json::from_str(text).ok()?;
+    if !last.is_object() {
+        return None;
+    }
+    let version = |v: &Value| {
+        v.get("apiVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let expected = version(cfg).or_else(|| version(live));
+    if version(&last) != expected {
+        return None;
+    }
+    let mut live_plain = live.clone();
+    if let Some(Value::Object(m)) = live_plain.get_mut("metadata") {
+        m.shift_remove("managedFields");
+    }
+    let (differ, missing) = compare(&last, &live_plain, root);
+    let mut set = owned_by_config(&last, root);
+    set.retain(|p| !differ.contains(p) && !missing.contains(p));
+    Some(set)
+}
+
+/// The annotation's text for an applied configuration: the configuration without the annotation
+/// itself, keys sorted, newline-terminated (as Go's encoder writes it).
+fn build_last_applied(applied: &Value) -> String {
+    let mut v = sorted(applied);
+    if let Some(Value::Object(a)) = v.pointer_mut("/metadata/annotations") {
+        a.shift_remove(LAST_APPLIED);
+    }
+    let mut s = serde_json::to_string(&v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        _ => v.clone(),
+    }
 }
 
 /// Merges the applied value `cfg` into `live` (structured-merge-diff's `Merge`).

@@ -175,3 +175,63 @@ fn unknown_kinds_apply_untyped() {
         json!({"f:spec": {"f:list": {}, "f:m": {"f:a": {}}}})
     );
 }
+
+fn csa_deployment(replicas: i64, last_replicas: i64) -> Value {
+    let last = format!(
+        "{{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{{\"annotations\":{{}},\"name\":\"web\"}},\"spec\":{{\"replicas\":{last_replicas}}}}}\n"
+    );
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {LAST_APPLIED: last}, "managedFields": [
+            {"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "apps/v1", "time": T1,
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                 "f:spec": {"f:replicas": {}}}}]},
+        "spec": {"replicas": replicas}})
+}
+
+#[test]
+fn kubectl_server_side_apply_takes_over_client_side_fields() {
+    let live = csa_deployment(1, 1);
+    let cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 3}});
+    // Another manager conflicts, as always.
+    let err = apply(Some(&live), &cfg, "helm", false, deploy(), T2).unwrap_err();
+    assert_eq!(
+        err.conflicts,
+        vec![(
+            "kubectl-client-side-apply".to_string(),
+            ".spec.replicas".to_string()
+        )]
+    );
+    // kubectl's apply migrates: the field still holds the last-applied value.
+    let out = apply(Some(&live), &cfg, "kubectl", false, deploy(), T2).unwrap();
+    assert_eq!(out["spec"]["replicas"], json!(3));
+    assert_eq!(
+        fields_of(&out, "kubectl"),
+        json!({"f:spec": {"f:replicas": {}}})
+    );
+    assert_eq!(
+        fields_of(&out, "kubectl-client-side-apply"),
+        json!({"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}}})
+    );
+    // The annotation now records the server-side applied configuration.
+    let text = out["metadata"]["annotations"][LAST_APPLIED]
+        .as_str()
+        .unwrap();
+    assert!(text.ends_with('\n'));
+    let recorded: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(recorded, cfg);
+}
+
+#[test]
+fn kubectl_server_side_apply_still_conflicts_on_fields_changed_since() {
+    // Someone scaled to 2 after the client-side apply of 1: that is not kubectl's value.
+    let live = csa_deployment(2, 1);
+    let cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 3}});
+    let err = apply(Some(&live), &cfg, "kubectl", false, deploy(), T2).unwrap_err();
+    assert_eq!(err.conflicts.len(), 1);
+    // A last-applied annotation of another version allows nothing either.
+    let mut other = csa_deployment(1, 1);
+    other["metadata"]["annotations"][LAST_APPLIED] = json!(
+        "{\"apiVersion\":\"apps/v1beta1\",\"kind\":\"Deployment\",\"spec\":{\"replicas\":1}}"
+    );
+    assert!(apply(Some(&other), &cfg, "kubectl", false, deploy(), T2).is_err());
+}
