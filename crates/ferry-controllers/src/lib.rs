@@ -5,6 +5,7 @@
 pub mod identity;
 pub mod leader;
 pub mod lifecycle;
+pub mod runtime;
 pub mod services;
 
 use std::future::Future;

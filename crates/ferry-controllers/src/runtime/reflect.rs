@@ -1,0 +1,133 @@
+//! Reflector stores fed by kube-runtime's watcher (with its default backoff), reporting every
+//! change as an `(old, new)` pair after the store shows it, so handlers can map both versions
+//! to the keys they affect (as client-go's informer event handlers do).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+/// One change seen by a reflector: `old` is the cached version before (None on create),
+/// `new` the version now (None on delete). On a relist, only objects that changed or vanished
+/// are reported.
+pub struct Change<'a, K> {
+    pub old: Option<&'a K>,
+    pub new: Option<&'a K>,
+}
+
+impl<'a, K> Change<'a, K> {
+    /// Both versions, for mapping to keys.
+    pub fn objects(&self) -> impl Iterator<Item = &'a K> {
+        self.old.into_iter().chain(self.new)
+    }
+}
+
+/// What every reflected kind must be.
+pub trait Reflected:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+impl<T: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static>
+    Reflected for T
+{
+}
+
+fn resource_version<K: Resource>(o: &K) -> Option<&str> {
+    o.meta().resource_version.as_deref()
+}
+
+/// Starts a watch of `api` into a store until `stop`; calls `on_change` for every change,
+/// after the store shows it. Watch errors are logged at warn; the watcher retries with
+/// kube-runtime's default backoff. Wait for the store with `Store::wait_until_ready`.
+pub fn reflect<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    stop: CancellationToken,
+    mut on_change: F,
+) -> Store<K>
+where
+    K: Reflected,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    let (reader, mut writer) = reflector::store::<K>();
+    let store = reader.clone();
+    let kind = K::kind(&()).to_string();
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        // The store's contents when a relist began.
+        let mut before: Option<Vec<Arc<K>>> = None;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            let ev = match ev {
+                None => return,
+                Some(Err(e)) => {
+                    tracing::warn!(kind = %kind, "watch failed, retrying with backoff: {e}");
+                    continue;
+                }
+                Some(Ok(ev)) => ev,
+            };
+            match &ev {
+                watcher::Event::Apply(o) => {
+                    let old = reader.get(&ObjectRef::from_obj(o));
+                    writer.apply_watcher_event(&ev);
+                    on_change(Change {
+                        old: old.as_deref(),
+                        new: Some(o),
+                    });
+                }
+                watcher::Event::Delete(o) => {
+                    let old = reader.get(&ObjectRef::from_obj(o));
+                    writer.apply_watcher_event(&ev);
+                    on_change(Change {
+                        old: Some(old.as_deref().unwrap_or(o)),
+                        new: None,
+                    });
+                }
+                watcher::Event::Init => {
+                    before = Some(reader.state());
+                    writer.apply_watcher_event(&ev);
+                }
+                watcher::Event::InitApply(_) => writer.apply_watcher_event(&ev),
+                watcher::Event::InitDone => {
+                    writer.apply_watcher_event(&ev);
+                    let mut old: HashMap<ObjectRef<K>, Arc<K>> = before
+                        .take()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|o| (ObjectRef::from_obj(&*o), o))
+                        .collect();
+                    for new in reader.state() {
+                        let prev = old.remove(&ObjectRef::from_obj(&*new));
+                        let same = prev.as_deref().is_some_and(|p| {
+                            resource_version(p).is_some()
+                                && resource_version(p) == resource_version(&*new)
+                        });
+                        if !same {
+                            on_change(Change {
+                                old: prev.as_deref(),
+                                new: Some(&new),
+                            });
+                        }
+                    }
+                    for gone in old.into_values() {
+                        on_change(Change {
+                            old: Some(&gone),
+                            new: None,
+                        });
+                    }
+                }
+            }
+        }
+    });
+    store
+}
