@@ -7,6 +7,7 @@ pub mod gc_core;
 pub mod graph;
 pub mod ipam;
 pub mod ipam_core;
+pub mod podgc;
 pub mod scheduler;
 pub mod scheduler_core;
 pub mod workload_core;
@@ -41,6 +42,13 @@ pub struct LifecycleArgs {
     /// Run the minimal scheduler.
     #[arg(long = "run-scheduler", default_value_t = true, action = clap::ArgAction::Set)]
     pub run_scheduler: bool,
+    /// Pod GC: terminated pods kept before the oldest are deleted (0: no limit).
+    #[arg(long = "terminated-pod-gc-threshold", default_value_t = 12500)]
+    pub terminated_pod_gc_threshold: usize,
+    /// Pod GC: seconds a node must be missing before the pods bound to it are deleted
+    /// (upstream's fixed quarantine is 40).
+    #[arg(long = "pod-gc-orphan-quarantine-seconds", default_value_t = 40)]
+    pub pod_gc_orphan_quarantine_seconds: u64,
 }
 
 pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationToken) -> Result<()> {
@@ -57,6 +65,14 @@ pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationTo
     if args.run_scheduler {
         tasks.push(tokio::spawn(scheduler::run(client.clone(), stop.clone())));
     }
+    tasks.push(tokio::spawn(podgc::run(
+        client.clone(),
+        podgc::PodGcConfig {
+            quarantine: std::time::Duration::from_secs(args.pod_gc_orphan_quarantine_seconds),
+            terminated_threshold: args.terminated_pod_gc_threshold,
+        },
+        stop.clone(),
+    )));
     if args.allocate_node_cidrs {
         let cfg = ipam::IpamConfig {
             cluster_cidrs: args.cluster_cidr.clone(),
