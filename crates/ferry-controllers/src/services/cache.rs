@@ -1,8 +1,12 @@
-//! Informer-style caches fed by kube-rs watchers, and a coalescing work queue keyed by Service.
+//! Informer-style caches fed by kube-rs watchers (the work queue is [`crate::runtime::WorkQueue`]).
+//!
+//! A poisoned lock (a panic while a guard was held) is taken over rather than read as an empty
+//! cache: every critical section is a single map operation, so the data stays consistent, and
+//! an empty read could make a sync delete every endpoint of a Service.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -38,35 +42,29 @@ fn key_of<K: Resource>(o: &K) -> Key {
 }
 
 impl<K: Resource> Cache<K> {
+    fn read(&self) -> RwLockReadGuard<'_, HashMap<String, HashMap<String, Arc<K>>>> {
+        self.data.read().unwrap_or_else(PoisonError::into_inner)
+    }
+    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, HashMap<String, Arc<K>>>> {
+        self.data.write().unwrap_or_else(PoisonError::into_inner)
+    }
     pub fn get(&self, ns: &str, name: &str) -> Option<Arc<K>> {
-        self.data
-            .read()
-            .ok()?
-            .get(ns)
-            .and_then(|m| m.get(name))
-            .cloned()
+        self.read().get(ns).and_then(|m| m.get(name)).cloned()
     }
     pub fn in_namespace(&self, ns: &str) -> Vec<Arc<K>> {
-        self.data
-            .read()
-            .map(|d| {
-                d.get(ns)
-                    .map(|m| m.values().cloned().collect())
-                    .unwrap_or_default()
-            })
+        self.read()
+            .get(ns)
+            .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
     }
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.data
-            .read()
-            .map(|d| d.values().flat_map(|m| m.values().cloned()).collect())
-            .unwrap_or_default()
+        self.read()
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
     }
     pub fn len(&self) -> usize {
-        self.data
-            .read()
-            .map(|d| d.values().map(HashMap::len).sum())
-            .unwrap_or(0)
+        self.read().values().map(HashMap::len).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -77,16 +75,12 @@ impl<K: Resource> Cache<K> {
     fn put(&self, o: K) -> (Option<Arc<K>>, Arc<K>) {
         let (ns, name) = key_of(&o);
         let o = Arc::new(o);
-        let old = self
-            .data
-            .write()
-            .ok()
-            .and_then(|mut d| d.entry(ns).or_default().insert(name, o.clone()));
+        let old = self.write().entry(ns).or_default().insert(name, o.clone());
         (old, o)
     }
     fn remove(&self, o: &K) -> Option<Arc<K>> {
         let (ns, name) = key_of(o);
-        let mut d = self.data.write().ok()?;
+        let mut d = self.write();
         let m = d.get_mut(&ns)?;
         let old = m.remove(&name);
         if m.is_empty() {
@@ -100,10 +94,7 @@ impl<K: Resource> Cache<K> {
             let (ns, name) = key_of(&o);
             next.entry(ns).or_default().insert(name, Arc::new(o));
         }
-        let old = match self.data.write() {
-            Ok(mut d) => std::mem::replace(&mut *d, next),
-            Err(_) => HashMap::new(),
-        };
+        let old = std::mem::replace(&mut *self.write(), next);
         old.into_values().flat_map(|m| m.into_values()).collect()
     }
 }
@@ -180,101 +171,40 @@ pub async fn wait_synced<K: Resource>(cache: &Cache<K>, stop: &CancellationToken
     }
 }
 
-/// A coalescing work queue: a key queued while waiting is queued once; a key queued while being
-/// processed is processed again afterwards (never by two workers at once).
-#[derive(Default)]
-pub struct Queue {
-    state: Mutex<QueueState>,
-    notify: Notify,
-}
-
-#[derive(Default)]
-struct QueueState {
-    queue: VecDeque<Key>,
-    dirty: HashSet<Key>,
-    processing: HashSet<Key>,
-}
-
-impl Queue {
-    pub fn add(&self, k: Key) {
-        let Ok(mut s) = self.state.lock() else { return };
-        if !s.dirty.insert(k.clone()) {
-            return;
-        }
-        if !s.processing.contains(&k) {
-            s.queue.push_back(k);
-            drop(s);
-            self.notify.notify_one();
-        }
-    }
-    pub fn add_after(self: &Arc<Self>, k: Key, after: Duration) {
-        let q = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            q.add(k);
-        });
-    }
-    pub fn len(&self) -> usize {
-        self.state.lock().map(|s| s.queue.len()).unwrap_or(0)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The next key to process; None once `stop` is cancelled.
-    pub async fn get(&self, stop: &CancellationToken) -> Option<Key> {
-        loop {
-            let n = self.notify.notified();
-            if let Ok(mut s) = self.state.lock()
-                && let Some(k) = s.queue.pop_front()
-            {
-                s.dirty.remove(&k);
-                s.processing.insert(k.clone());
-                return Some(k);
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return None,
-                _ = n => {}
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        }
-    }
-    pub fn done(&self, k: &Key) {
-        let Ok(mut s) = self.state.lock() else { return };
-        s.processing.remove(k);
-        if s.dirty.contains(k) {
-            s.queue.push_back(k.clone());
-            drop(s);
-            self.notify.notify_one();
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+
     use super::*;
 
-    fn k(s: &str) -> Key {
-        ("ns".into(), s.into())
+    fn pod(ns: &str, name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p
     }
 
-    #[tokio::test]
-    async fn coalesces_and_serialises() {
-        let q = Queue::default();
-        let stop = CancellationToken::new();
-        q.add(k("a"));
-        q.add(k("a"));
-        q.add(k("b"));
-        assert_eq!(q.len(), 2);
-        let a = q.get(&stop).await;
-        assert_eq!(a, Some(k("a")));
-        // Re-added while processing: not handed out until done.
-        q.add(k("a"));
-        assert_eq!(q.get(&stop).await, Some(k("b")));
-        assert!(q.is_empty());
-        q.done(&k("a"));
-        assert_eq!(q.get(&stop).await, Some(k("a")));
-        q.done(&k("a"));
-        q.done(&k("b"));
-        assert!(q.is_empty());
+    #[test]
+    fn a_poisoned_cache_still_reads_its_contents() {
+        let c: Arc<Cache<Pod>> = Arc::default();
+        c.put(pod("ns", "a"));
+        c.put(pod("ns", "b"));
+        let cc = c.clone();
+        // A panic while the write guard is held poisons the lock.
+        let r = std::thread::spawn(move || {
+            let _g = cc.data.write();
+            panic!("poison");
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(c.data.is_poisoned());
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.in_namespace("ns").len(), 2);
+        assert!(c.get("ns", "a").is_some());
+        c.put(pod("ns", "c"));
+        assert_eq!(c.all().len(), 3);
+        assert!(c.remove(&pod("ns", "a")).is_some());
+        assert_eq!(c.replace(vec![pod("x", "y")]).len(), 2);
+        assert_eq!(c.len(), 1);
     }
 }

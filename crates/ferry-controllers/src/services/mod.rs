@@ -7,8 +7,8 @@
 //! * EndpointSlice mirroring for selectorless Services with user-written Endpoints ([`mirror`]);
 //! * a load-balancer IP pool for `type: LoadBalancer` ([`lbpool`]).
 //!
-//! Watches feed in-memory caches ([`cache`]); changes enqueue the affected Services on one
-//! coalescing work queue, workers reconcile one Service at a time against the caches and write
+//! Watches feed in-memory caches ([`cache`]); changes enqueue the affected Services on the
+//! runtime's work queue ([`crate::runtime::WorkQueue`], failed syncs back off per Service), workers reconcile one Service at a time against the caches and write
 //! only the difference. A tracker of our own writes keeps a worker from acting on a cache that
 //! has not seen them yet (upstream's endpointSliceTracker).
 
@@ -32,7 +32,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use cache::{Cache, Change, Key, Queue};
+use cache::{Cache, Change, Key};
+
+use crate::runtime::WorkQueue;
 
 /// Flags of the service controllers.
 #[derive(clap::Args, Debug, Clone)]
@@ -80,7 +82,7 @@ pub struct Controller {
     pub nodes: Arc<Cache<Node>>,
     pub slices: Arc<Cache<EndpointSlice>>,
     pub endpoints: Arc<Cache<Endpoints>>,
-    pub queue: Arc<Queue>,
+    pub queue: Arc<WorkQueue<Key>>,
     lb_queue: Arc<tokio::sync::Notify>,
     /// Per Service: slice name -> what the cache must show before the next sync.
     expectations: Mutex<HashMap<Key, HashMap<String, Expect>>>,
@@ -192,9 +194,7 @@ impl Controller {
 
     /// Whether the slice cache reflects our writes for `key`.
     fn cache_fresh(&self, key: &Key) -> bool {
-        let Ok(mut ex) = self.expectations.lock() else {
-            return true;
-        };
+        let mut ex = lock(&self.expectations);
         let Some(m) = ex.get_mut(key) else {
             return true;
         };
@@ -213,9 +213,10 @@ impl Controller {
     }
 
     fn expect(&self, key: &Key, name: String, e: Expect) {
-        if let Ok(mut ex) = self.expectations.lock() {
-            ex.entry(key.clone()).or_default().insert(name, e);
-        }
+        lock(&self.expectations)
+            .entry(key.clone())
+            .or_default()
+            .insert(name, e);
     }
 
     async fn event(&self, svc: &Service, type_: &str, reason: &str, message: &str) {
@@ -327,8 +328,8 @@ impl Controller {
                 let mut want = desired::desired_endpoints(svc, &refs, &|n| self.zone_of_node(n));
                 if hints::hints_requested(svc) {
                     self.apply_hints(key, svc, &mut want).await;
-                } else if let Ok(mut hs) = self.hint_state.lock() {
-                    hs.remove(key);
+                } else {
+                    lock(&self.hint_state).remove(key);
                 }
                 let plan = slices::reconcile(
                     svc,
@@ -399,10 +400,8 @@ impl Controller {
             }
         }
         let state = withheld.as_ref().map(hints::Withheld::message);
-        let changed = match self.hint_state.lock() {
-            Ok(mut hs) => hs.insert(key.clone(), state.clone()) != Some(state.clone()),
-            Err(_) => false,
-        };
+        let changed =
+            lock(&self.hint_state).insert(key.clone(), state.clone()) != Some(state.clone());
         if changed {
             match state {
                 Some(msg) => {
@@ -497,11 +496,8 @@ impl Controller {
                         _ => "no free address in the load-balancer pool".to_string(),
                     };
                     let key: Key = (svc.namespace().unwrap_or_default(), svc.name_any());
-                    let again = self
-                        .lb_reported
-                        .lock()
-                        .map(|mut r| r.insert(key, msg.clone()) == Some(msg.clone()))
-                        .unwrap_or(true);
+                    let again =
+                        lock(&self.lb_reported).insert(key, msg.clone()) == Some(msg.clone());
                     if !again {
                         self.event(svc, "Warning", "AllocationFailed", &msg).await;
                     }
@@ -678,20 +674,29 @@ pub async fn run_controller(c: Arc<Controller>, stop: CancellationToken) -> Resu
     tracing::info!("service controllers synced");
     for _ in 0..c.args.concurrent_service_syncs.max(1) {
         let cc = c.clone();
-        let stop = stop.clone();
         tasks.spawn(async move {
-            while let Some(k) = cc.queue.get(&stop).await {
-                let ok = match cc.sync(&k).await {
-                    Ok(ok) => ok,
-                    Err(e) => {
-                        tracing::warn!("syncing service {}/{}: {e}", k.0, k.1);
-                        false
+            while let Some(k) = cc.queue.get().await {
+                match cc.sync(&k).await {
+                    Ok(true) => cc.queue.forget(&k),
+                    // A write conflicted or the slice cache lags our writes: retry with the
+                    // queue's backoff (upstream returns an error for both).
+                    Ok(false) => {
+                        let retry_in = cc.queue.add_rate_limited(k.clone());
+                        tracing::debug!(service = %format!("{}/{}", k.0, k.1), ?retry_in, "sync incomplete, retrying");
                     }
-                };
-                cc.queue.done(&k);
-                if !ok {
-                    cc.queue.add_after(k, Duration::from_millis(100));
+                    Err(e) => {
+                        let retries = cc.queue.num_requeues(&k);
+                        let retry_in = cc.queue.add_rate_limited(k.clone());
+                        tracing::warn!(
+                            controller = "endpointslice-controller",
+                            service = %format!("{}/{}", k.0, k.1),
+                            retries,
+                            ?retry_in,
+                            "sync failed: {e}"
+                        );
+                    }
                 }
+                cc.queue.done(&k);
             }
         });
     }
@@ -712,6 +717,13 @@ pub async fn run_controller(c: Arc<Controller>, stop: CancellationToken) -> Resu
         });
     }
     stop.cancelled().await;
+    c.queue.shut_down();
     tasks.shutdown().await;
     Ok(())
+}
+
+/// Locks bookkeeping that stays consistent across a panicking holder (single map operations):
+/// a poisoned lock is taken over, never read as empty.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
