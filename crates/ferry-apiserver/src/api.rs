@@ -494,6 +494,19 @@ impl Api {
         let dry_run = q.dry_run()?;
         // Namespace from the URL.
         let url_ns = p.namespace.clone();
+        // How admission names the object in a refusal: its name, else its generateName.
+        let requested_name = {
+            let m = obj.get("metadata");
+            let get = |k: &str| {
+                m.and_then(|m| m.get(k))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            Some(get("name"))
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| get("generateName"))
+        };
         {
             let m = meta_mut(&mut obj);
             if info.namespaced {
@@ -557,6 +570,17 @@ impl Api {
         }
         res.strategy.prepare_create(&mut obj);
         res.strategy.default(&mut obj);
+        if info.group.is_empty() && info.kind == "Pod" {
+            // NamespaceLifecycle comes before ServiceAccount in upstream's chain.
+            self.check_namespace(res, url_ns.as_deref()).await?;
+            crate::admission::service_account(
+                self,
+                &mut obj,
+                url_ns.as_deref().unwrap_or(""),
+                &requested_name,
+            )
+            .await?;
+        }
         let name = objects::name(&obj).to_string();
         let key = res.key(url_ns.as_deref(), &name);
         // Services: addresses and node ports are claimed in the store before validation and

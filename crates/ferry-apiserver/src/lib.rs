@@ -2,6 +2,7 @@
 //! `Status` errors, bearer-token authentication over TLS, served from a watch cache in front of a
 //! [`ferry_store::Store`]. The work and memory of one request are bounded: see [`limits`].
 
+pub mod admission;
 pub mod alloc;
 pub mod api;
 pub mod auth;
@@ -193,6 +194,7 @@ pub async fn start(
         shutdown.clone(),
     ));
     bootstrap(&server.api).await?;
+    bootstrap_identity(&server.api, &pki.ca_pem).await?;
     auth::bootstrap_policy(&server.api).await?;
     let endpoint_ip = match addr.ip() {
         ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
@@ -272,6 +274,46 @@ async fn bootstrap(api: &api::Api) -> Result<()> {
             Ok(_) => {}
             Err(e) if e.code == 409 => {}
             Err(e) => anyhow::bail!("creating namespace {name}: {}", e.message),
+        }
+    }
+    Ok(())
+}
+
+/// What the root CA publisher writes in `kube-root-ca.crt`'s description annotation.
+const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+
+/// Creates, when missing, the `default` ServiceAccount and the `kube-root-ca.crt` ConfigMap of
+/// the system namespaces (the identity controllers keep them, and those of every other
+/// namespace, from then on): pods in `default` are admitted and get their token volume even
+/// while no controller runs, e.g. against a lone `ferry apiserver`.
+async fn bootstrap_identity(api: &api::Api, ca_pem: &str) -> Result<()> {
+    let objects = [("serviceaccounts", None), ("configmaps", Some(ca_pem))];
+    for (plural, ca) in objects {
+        let Some(res) = api.resource("", "v1", plural).cloned() else {
+            continue;
+        };
+        for ns in SYSTEM_NAMESPACES {
+            let p = request::ResourcePath {
+                group: String::new(),
+                version: "v1".into(),
+                namespace: Some(ns.to_string()),
+                resource: plural.into(),
+                name: None,
+                subresource: None,
+            };
+            let body = match ca {
+                None => json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "default", "namespace": ns}}),
+                Some(ca) => json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
+                        "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                    "data": {"ca.crt": ca}}),
+            };
+            match api.create(&res, &p, &request::Query::default(), body).await {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => anyhow::bail!("creating the {plural} of namespace {ns}: {}", e.message),
+            }
         }
     }
     Ok(())

@@ -500,3 +500,237 @@ async fn service_accounts_and_rbac() {
     assert!(!log.contains(&reader), "no credentials in the audit log");
     shutdown.cancel();
 }
+
+/// The ServiceAccount admission plugin: default name, refusal of a missing ServiceAccount with
+/// upstream's message, the projected token volume mounted everywhere (or not, by
+/// automountServiceAccountToken), mirror pods left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_admission() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ferry_store::Store> =
+        Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
+    let shutdown = CancellationToken::new();
+    let cfg = ferry_apiserver::Config {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        plain_http: true,
+        ..Default::default()
+    };
+    let running = ferry_apiserver::start(cfg, store, shutdown.clone())
+        .await
+        .unwrap();
+    let admin = std::fs::read_to_string(dir.path().join("pki/admin.token")).unwrap();
+    let admin = admin.trim();
+    let api = Api {
+        c: Client::builder(TokioExecutor::new()).build_http(),
+        base: running.url.clone(),
+    };
+    let pod = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec});
+    let one = json!({"containers": [{"name": "c", "image": "busybox"}]});
+
+    // The system namespaces have their default ServiceAccount and root CA from the start.
+    let (code, r) = api
+        .call(
+            admin,
+            "GET",
+            "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
+            None,
+        )
+        .await;
+    assert_eq!(code, 200, "{r}");
+    assert!(
+        r["data"]["ca.crt"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let (code, p) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            Some(pod("plain", one.clone())),
+        )
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["serviceAccountName"], "default");
+    assert_eq!(p["spec"]["serviceAccount"], "default");
+    let vol = &p["spec"]["volumes"][0];
+    let vname = vol["name"].as_str().unwrap();
+    assert!(
+        vname.starts_with("kube-api-access-") && vname.len() == 21,
+        "{vname}"
+    );
+    assert_eq!(
+        vol["projected"],
+        json!({"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]})
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"],
+        json!([{"name": vname, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    );
+
+    // A namespace whose default ServiceAccount does not exist (no controller runs here).
+    let (code, _) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces",
+            Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "adm"}})),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let (code, st) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/adm/pods",
+            Some(pod("p1", one.clone())),
+        )
+        .await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "pods \"p1\" is forbidden: error looking up service account adm/default: serviceaccount \"default\" not found"
+    );
+    assert_eq!(st["reason"], "Forbidden");
+    assert_eq!(st["details"], json!({"name": "p1", "kind": "pods"}));
+    // A generated name is shown as its prefix; a dry run is refused alike.
+    let mut generated = pod(
+        "",
+        json!({"serviceAccountName": "robot", "containers": [{"name": "c", "image": "busybox"}]}),
+    );
+    generated["metadata"] = json!({"generateName": "web-"});
+    let (code, st) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/adm/pods?dryRun=All",
+            Some(generated.clone()),
+        )
+        .await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "pods \"web-\" is forbidden: error looking up service account adm/robot: serviceaccount \"robot\" not found"
+    );
+
+    // Once the ServiceAccount exists the pod is admitted, init containers mounted too; a
+    // container with its own mount at the path keeps it.
+    for (name, automount) in [("robot", None), ("quiet", Some(false))] {
+        let mut sa =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}});
+        if let Some(b) = automount {
+            sa["automountServiceAccountToken"] = json!(b);
+        }
+        let (code, r) = api
+            .call(
+                admin,
+                "POST",
+                "/api/v1/namespaces/adm/serviceaccounts",
+                Some(sa),
+            )
+            .await;
+        assert_eq!(code, 201, "{r}");
+    }
+    let (code, p) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/adm/pods",
+            Some(generated),
+        )
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert!(p["metadata"]["name"].as_str().unwrap().starts_with("web-"));
+    let (code, p) = api
+        .call(admin, "POST", "/api/v1/namespaces/adm/pods", Some(pod("mixed", json!({
+            "serviceAccount": "robot",
+            "initContainers": [{"name": "init", "image": "busybox"}],
+            "containers": [{"name": "a", "image": "busybox"},
+                {"name": "b", "image": "busybox", "volumeMounts": [{"name": "own", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+            "volumes": [{"name": "own", "emptyDir": {}}]}))))
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["serviceAccountName"], "robot");
+    let vname = p["spec"]["volumes"][1]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(vname.starts_with("kube-api-access-"));
+    assert_eq!(
+        p["spec"]["initContainers"][0]["volumeMounts"][0]["name"],
+        vname.as_str()
+    );
+    assert_eq!(
+        p["spec"]["containers"][0]["volumeMounts"][0]["name"],
+        vname.as_str()
+    );
+    assert_eq!(
+        p["spec"]["containers"][1]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(p["spec"]["containers"][1]["volumeMounts"][0]["name"], "own");
+
+    // automountServiceAccountToken: the ServiceAccount's false, unless the pod says true.
+    let (code, p) = api
+        .call(admin, "POST", "/api/v1/namespaces/adm/pods",
+            Some(pod("q1", json!({"serviceAccountName": "quiet", "containers": [{"name": "c", "image": "busybox"}]}))))
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert!(
+        p["spec"]["volumes"].as_array().is_none_or(|v| v.is_empty()),
+        "{p}"
+    );
+    let (code, p) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/adm/pods",
+            Some(pod(
+                "q2",
+                json!({"serviceAccountName": "quiet", "automountServiceAccountToken": true,
+                "containers": [{"name": "c", "image": "busybox"}]}),
+            )),
+        )
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!(p["spec"]["volumes"].as_array().unwrap().len(), 1);
+
+    // Mirror pods: not changed, and may not name a ServiceAccount.
+    let mut mirror = pod("m1", one.clone());
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
+    mirror["spec"]["nodeName"] = json!("node-a");
+    let (code, p) = api
+        .call(
+            admin,
+            "POST",
+            "/api/v1/namespaces/adm/pods",
+            Some(mirror.clone()),
+        )
+        .await;
+    assert_eq!(code, 201, "{p}");
+    assert!(p["spec"].get("serviceAccountName").is_none(), "{p}");
+    assert!(
+        p["spec"]["volumes"].as_array().is_none_or(|v| v.is_empty()),
+        "{p}"
+    );
+    mirror["metadata"]["name"] = json!("m2");
+    mirror["spec"]["serviceAccountName"] = json!("robot");
+    let (code, st) = api
+        .call(admin, "POST", "/api/v1/namespaces/adm/pods", Some(mirror))
+        .await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(
+        st["message"],
+        "pods \"m2\" is forbidden: a mirror pod may not reference service accounts"
+    );
+    shutdown.cancel();
+}
