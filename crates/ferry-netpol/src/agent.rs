@@ -18,6 +18,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::apply::{Applier, Target};
+use crate::metrics::Metrics;
 use crate::model::{self, Model, PodKey};
 use crate::render::{RenderOptions, render};
 use crate::ruleset::DiffStats;
@@ -31,7 +32,7 @@ pub struct TrackState {
 }
 
 /// Shared by the watches (writers) and the sync loop (reader).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Tracker {
     state: Mutex<TrackState>,
     notify: Notify,
@@ -284,6 +285,8 @@ pub struct AgentConfig {
     /// Remove the table when stopping (left in place by default: enforcement outlives a
     /// restart of the agent, as with kube-proxy's rules).
     pub cleanup_on_exit: bool,
+    /// Where syncs are recorded and the node's verdict counters are exported.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl AgentConfig {
@@ -295,6 +298,7 @@ impl AgentConfig {
             min_interval: Duration::from_millis(100),
             max_interval: Duration::from_secs(60),
             cleanup_on_exit: false,
+            metrics: None,
         }
     }
 }
@@ -337,14 +341,14 @@ pub async fn run_sync(
             }
         }
         last_run = Some(Instant::now());
-        let model = {
+        let (model, pending_since) = {
             let mut st = tracker.lock();
-            st.pending_since = None;
-            st.model.clone()
+            (st.model.clone(), st.pending_since.take())
         };
         let node = cfg.node_name.clone();
         let opts = cfg.render.clone();
         let ap = applier.clone();
+        let started = Instant::now();
         let result = tokio::task::spawn_blocking(move || {
             let table = render(&model, &node, &opts);
             let chains = table
@@ -357,6 +361,22 @@ pub async fn run_sync(
         })
         .await;
         syncs += 1;
+        let apply_time = started.elapsed();
+        // From the first change this sync carries to the kernel holding it.
+        let latency = pending_since.map(|t| t.elapsed());
+        if let Some(m) = &cfg.metrics {
+            let chains = match &result {
+                Ok(Ok((_, c))) => Some(*c),
+                _ => None,
+            };
+            m.record_sync(
+                &cfg.node_name,
+                matches!(result, Ok(Ok(_))),
+                latency,
+                apply_time,
+                chains,
+            );
+        }
         let mut st = SyncStatus {
             syncs,
             last_sync: Some(SystemTime::now()),
@@ -365,7 +385,7 @@ pub async fn run_sync(
         match result {
             Ok(Ok((diff, chains))) => {
                 if !diff.is_empty() {
-                    tracing::debug!(?diff, node = %cfg.node_name, "netpol sync");
+                    tracing::debug!(?diff, node = %cfg.node_name, ?latency, ?apply_time, "netpol sync");
                 }
                 st.last_diff = diff;
                 st.isolated_chains = chains;
@@ -408,6 +428,9 @@ pub struct Running {
 /// network: `target` = the node's network namespace).
 pub fn start(client: Client, cfg: AgentConfig, cancel: CancellationToken) -> Running {
     let tracker = Arc::new(Tracker::default());
+    if let Some(m) = &cfg.metrics {
+        m.add_node(&cfg.node_name, cfg.target.clone(), Some(tracker.clone()));
+    }
     let mut tasks = spawn_watches(client, tracker.clone());
     let (tx, rx) = watch::channel(SyncStatus::default());
     let stop = cancel.clone();

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod fixtures;
 pub mod log;
 pub mod matrix;
+pub mod metrics;
 pub mod model;
 pub mod render;
 pub mod ruleset;
