@@ -510,8 +510,10 @@ async fn pod_worker(
     // pod ContainerCreating with FailedMount Events, retried with back-off (as kubelet).
     if spec.volumes.as_ref().is_some_and(|v| !v.is_empty()) {
         let mut attempt: u32 = 0;
+        // Projected tokens are reused until 80% of their lifetime (kubelet's token manager).
+        let tokens = Arc::new(crate::volumes::TokenCache::default());
         loop {
-            match sync_volumes(&rt, &pod, &dirs).await {
+            match sync_volumes(&rt, &pod, &dirs, &tokens).await {
                 Ok(()) => break,
                 Err(msg) => {
                     rt.event(&pod, "Warning", "FailedMount", &msg).await;
@@ -535,6 +537,7 @@ async fn pod_worker(
         }
         // Kept up to date while the pod runs (kubelet resyncs periodically too).
         let (rt2, pod2, dirs2, gone2) = (rt.clone(), pod.clone(), dirs.clone(), gone.clone());
+        let tokens2 = tokens.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -544,7 +547,7 @@ async fn pod_worker(
                 if !dirs2.root.exists() {
                     return;
                 }
-                if let Err(e) = sync_volumes(&rt2, &pod2, &dirs2).await {
+                if let Err(e) = sync_volumes(&rt2, &pod2, &dirs2, &tokens2).await {
                     tracing::debug!("volume resync: {e}");
                 }
             }
@@ -1592,13 +1595,13 @@ impl crate::volumes::Lookup for VolumeObjects {
 }
 
 /// A bound ServiceAccount token through the TokenRequest API, as kubelet asks for projected
-/// volumes (bound to the pod).
+/// volumes (bound to the pod), with its expiry.
 async fn request_token(
     client: &kube::Client,
     pod: &Pod,
     audience: &str,
     exp: i64,
-) -> Result<String, String> {
+) -> Result<crate::volumes::CachedToken, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let sa = pod
         .spec
@@ -1625,14 +1628,36 @@ async fn request_token(
         .request(req)
         .await
         .map_err(|e| format!("failed to fetch token: {e}"))?;
-    v.pointer("/status/token")
+    let token = v
+        .pointer("/status/token")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| "failed to fetch token: no token in the answer".to_string())
+        .ok_or_else(|| "failed to fetch token: no token in the answer".to_string())?;
+    let ttl = v
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(exp);
+    let now = jiff::Timestamp::now().as_second();
+    let expires_unix = v
+        .pointer("/status/expirationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+        .map(|t| t.as_second())
+        .unwrap_or(now + ttl);
+    Ok(crate::volumes::CachedToken {
+        token,
+        expires_unix,
+        ttl_seconds: ttl,
+    })
 }
 
 /// Renders and writes every volume of the pod; the first failure, as kubelet words it.
-async fn sync_volumes(rt: &Runtime, pod: &Pod, dirs: &PodDirs) -> Result<(), String> {
+async fn sync_volumes(
+    rt: &Runtime,
+    pod: &Pod,
+    dirs: &PodDirs,
+    tokens: &crate::volumes::TokenCache,
+) -> Result<(), String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let refs = crate::volumes::references(pod);
     let mut objs = VolumeObjects {
@@ -1678,8 +1703,29 @@ async fn sync_volumes(rt: &Runtime, pod: &Pod, dirs: &PodDirs) -> Result<(), Str
             Err(e) => return Err(format!("fetching secret {n:?}: {e}")),
         }
     }
+    let now = jiff::Timestamp::now().as_second();
     for (aud, exp) in &refs.tokens {
-        let t = request_token(&rt.client, pod, aud, *exp).await;
+        // A jitter in [0, maxJitter) so pods' refreshes spread out.
+        let jitter = i64::from(jiff::Timestamp::now().subsec_nanosecond())
+            % crate::volumes::MAX_TOKEN_JITTER_SECONDS;
+        let t = match tokens.fresh(aud, *exp, now, jitter) {
+            Some(t) => Ok(t),
+            None => match request_token(&rt.client, pod, aud, *exp).await {
+                Ok(t) => {
+                    let token = t.token.clone();
+                    tokens.put(aud, *exp, t);
+                    Ok(token)
+                }
+                // A failed refresh keeps the previous token while it is still valid.
+                Err(e) => match tokens.last(aud, *exp).filter(|t| t.expires_unix > now) {
+                    Some(t) => {
+                        tracing::warn!("refreshing a projected token: {e}");
+                        Ok(t.token)
+                    }
+                    None => Err(e),
+                },
+            },
+        };
         objs.tokens.insert((aud.clone(), *exp), t);
     }
     for v in pod

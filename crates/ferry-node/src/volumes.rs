@@ -373,10 +373,105 @@ pub fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// A ServiceAccount token a projected volume holds, with what its refresh depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedToken {
+    pub token: String,
+    /// When it expires (Unix seconds, from the TokenRequest's `status.expirationTimestamp`).
+    pub expires_unix: i64,
+    /// Its lifetime (the TokenRequest's `spec.expirationSeconds`).
+    pub ttl_seconds: i64,
+}
+
+/// Longest a token is kept, whatever its lifetime (kubelet's token manager `maxTTL`).
+pub const MAX_TOKEN_TTL_SECONDS: i64 = 24 * 3600;
+/// Upper bound of the random jitter added to refresh times (kubelet's `maxJitter`).
+pub const MAX_TOKEN_JITTER_SECONDS: i64 = 10;
+
+/// Whether a token must be requested again at `now` (Unix seconds), as kubelet's token manager
+/// decides: once 80% of its lifetime has passed (less `jitter` seconds), or once it is older
+/// than [`MAX_TOKEN_TTL_SECONDS`].
+pub fn token_requires_refresh(now: i64, t: &CachedToken, jitter: i64) -> bool {
+    let issued = t.expires_unix - t.ttl_seconds;
+    if now > issued + MAX_TOKEN_TTL_SECONDS - jitter {
+        return true;
+    }
+    now > t.expires_unix - t.ttl_seconds * 20 / 100 - jitter
+}
+
+/// The tokens of one pod's projected volumes, by (audience, expirationSeconds): reused by every
+/// volume resync until [`token_requires_refresh`] says otherwise.
+#[derive(Debug, Default)]
+pub struct TokenCache {
+    entries: std::sync::Mutex<BTreeMap<(String, i64), CachedToken>>,
+}
+
+impl TokenCache {
+    /// The cached token, unless it is due for a refresh at `now`.
+    pub fn fresh(&self, audience: &str, expiration: i64, now: i64, jitter: i64) -> Option<String> {
+        let map = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(audience.to_string(), expiration))
+            .filter(|t| !token_requires_refresh(now, t, jitter))
+            .map(|t| t.token.clone())
+    }
+
+    /// The token (cached or not) for (audience, expiration), if any.
+    pub fn last(&self, audience: &str, expiration: i64) -> Option<CachedToken> {
+        let map = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(audience.to_string(), expiration)).cloned()
+    }
+
+    pub fn put(&self, audience: &str, expiration: i64, t: CachedToken) {
+        let mut map = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert((audience.to_string(), expiration), t);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn token_refresh_at_eighty_percent() {
+        // Issued at 1000 for 3600 s: refreshed after 1000 + 2880 (80%), earlier by the jitter.
+        let t = CachedToken {
+            token: "t".into(),
+            expires_unix: 4600,
+            ttl_seconds: 3600,
+        };
+        let table = [
+            (1000, 0, false),
+            (3880, 0, false),
+            (3881, 0, true),
+            (3875, 10, true),
+            (3869, 10, false),
+            (4700, 0, true),
+        ];
+        for (now, jitter, want) in table {
+            assert_eq!(
+                token_requires_refresh(now, &t, jitter),
+                want,
+                "{now} {jitter}"
+            );
+        }
+        // A token living longer than a day is refreshed after a day at most.
+        let long = CachedToken {
+            token: "t".into(),
+            expires_unix: 10 * 86400,
+            ttl_seconds: 10 * 86400,
+        };
+        assert!(!token_requires_refresh(86400 - 1, &long, 0));
+        assert!(token_requires_refresh(86400 + 1, &long, 0));
+
+        let cache = TokenCache::default();
+        assert_eq!(cache.fresh("", 3607, 1000, 0), None);
+        cache.put("", 3607, t.clone());
+        assert_eq!(cache.fresh("", 3607, 2000, 0), Some("t".into()));
+        assert_eq!(cache.fresh("aud", 3607, 2000, 0), None);
+        assert_eq!(cache.fresh("", 3607, 4000, 0), None);
+        assert_eq!(cache.last("", 3607), Some(t));
+    }
 
     struct Objs;
     impl Lookup for Objs {
