@@ -445,6 +445,13 @@ fn build() -> Vec<Box<dyn Strategy>> {
     v.push(Box::new(crate::rbac::cluster_role_strategy()));
     v.push(Box::new(crate::rbac::role_binding_strategy()));
     v.push(Box::new(crate::rbac::role_strategy()));
+    // Issue 16 workload kinds (their strategy functions live in `workloads`).
+    v.push(Box::new(crate::workloads::stateful_set_strategy()));
+    v.push(Box::new(crate::workloads::daemon_set_strategy()));
+    v.push(Box::new(crate::workloads::controller_revision_strategy()));
+    v.push(Box::new(crate::workloads::job_strategy()));
+    v.push(Box::new(crate::workloads::cron_job_strategy()));
+    v.push(Box::new(crate::workloads::pod_disruption_budget_strategy()));
     v
 }
 

@@ -1,6 +1,7 @@
 //! Ferry's API types and the pure per-kind logic: decoding, defaulting, validation, Table
 //! printing, selectors, patches. No IO.
 
+pub mod cron;
 pub mod custom;
 pub mod decode;
 pub mod defaults;
@@ -15,5 +16,6 @@ pub mod rbac;
 pub mod selectors;
 pub mod shape;
 pub mod validation;
+pub mod workloads;
 
 pub use k8s_openapi;

@@ -25,6 +25,24 @@ const fn m(
 /// `(definition, field, metadata)`.
 #[rustfmt::skip]
 pub(super) static FIELD_META: &[(&str, &str, FieldMeta)] = &[
+    // Issue 16 workload kinds (StatefulSet, DaemonSet, Job, CronJob, PodDisruptionBudget).
+    ("io.k8s.api.apps.v1.DaemonSetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
+    ("io.k8s.api.apps.v1.StatefulSetSpec", "volumeClaimTemplates", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.apps.v1.StatefulSetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
+    ("io.k8s.api.batch.v1.CronJobStatus", "active", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.JobSchedulingConfiguration", "resourceClaims", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.JobStatus", "conditions", m(Some("merge"), Some("type"), Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.PodFailurePolicy", "rules", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.PodFailurePolicyOnExitCodesRequirement", "values", m(None, None, Some("set"), &[], None)),
+    ("io.k8s.api.batch.v1.PodFailurePolicyRule", "onPodConditions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.SuccessPolicy", "rules", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.batch.v1.UncountedTerminatedPods", "failed", m(None, None, Some("set"), &[], None)),
+    ("io.k8s.api.batch.v1.UncountedTerminatedPods", "succeeded", m(None, None, Some("set"), &[], None)),
+    ("io.k8s.api.core.v1.PersistentVolumeClaimStatus", "accessModes", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.PersistentVolumeClaimStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
+    ("io.k8s.api.core.v1.VolumeHealthStatus", "healthConditions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.policy.v1.PodDisruptionBudgetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
+    ("io.k8s.api.scheduling.v1alpha3.WorkloadPodGroupSchedulingConstraints", "topology", m(None, None, Some("atomic"), &[], None)),
     ("io.k8s.api.apps.v1.DeploymentSpec", "strategy", m(Some("retainKeys"), None, None, &[], None)),
     ("io.k8s.api.apps.v1.DeploymentStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
     ("io.k8s.api.apps.v1.ReplicaSetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),

@@ -9,6 +9,7 @@ mod core_kinds;
 mod networking;
 mod pod;
 mod service;
+pub mod workloads;
 
 #[cfg(test)]
 mod tests;
