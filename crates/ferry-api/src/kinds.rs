@@ -121,6 +121,16 @@ pub trait Strategy: Send + Sync {
     fn field(&self, value: &Value, field: &str) -> Option<String>;
     /// The kind's JSON schema (a `$ref` into the generator's definitions).
     fn schema(&self, generator: &mut schemars::SchemaGenerator) -> schemars::Schema;
+    /// The object as served from storage, when it differs from the stored one (custom kinds:
+    /// the apiVersion of the requested version, defaults of its schema). `None`: as stored.
+    fn on_read(&self, _value: &Value) -> Option<Value> {
+        None
+    }
+    /// The JSONPaths of a custom kind's `/scale`: spec replicas, status replicas and label
+    /// selector. `None`: the built-in `spec.replicas` / `status.replicas` / `spec.selector`.
+    fn scale_paths(&self) -> Option<(&str, &str, Option<&str>)> {
+        None
+    }
 }
 
 /// The per-kind functions, on typed objects.
@@ -445,6 +455,7 @@ fn build() -> Vec<Box<dyn Strategy>> {
     v.push(Box::new(crate::rbac::cluster_role_strategy()));
     v.push(Box::new(crate::rbac::role_binding_strategy()));
     v.push(Box::new(crate::rbac::role_strategy()));
+    v.push(Box::new(crate::custom::crd::strategy()));
     // Issue 16 workload kinds (their strategy functions live in `workloads`).
     v.push(Box::new(crate::workloads::stateful_set_strategy()));
     v.push(Box::new(crate::workloads::daemon_set_strategy()));
@@ -461,7 +472,8 @@ pub fn all() -> &'static [Box<dyn Strategy>] {
     ALL.get_or_init(build)
 }
 
-/// Looks a kind up by group, version and plural resource name.
+/// Looks a kind up by group, version and plural resource name (built-in kinds, then the custom
+/// kinds of established CRDs).
 pub fn by_resource(group: &str, version: &str, plural: &str) -> Option<&'static dyn Strategy> {
     all()
         .iter()
@@ -469,6 +481,10 @@ pub fn by_resource(group: &str, version: &str, plural: &str) -> Option<&'static 
             s.info().group == group && s.info().version == version && s.info().plural == plural
         })
         .map(|b| b.as_ref())
+        .or_else(|| {
+            crate::custom::resource::by_resource(group, version, plural)
+                .map(|k| k as &'static dyn Strategy)
+        })
 }
 
 /// Looks a kind up by apiVersion and kind.
@@ -477,4 +493,7 @@ pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static dyn Strategy> {
         .iter()
         .find(|s| s.info().api_version() == api_version && s.info().kind == kind)
         .map(|b| b.as_ref())
+        .or_else(|| {
+            crate::custom::resource::by_kind(api_version, kind).map(|k| k as &'static dyn Strategy)
+        })
 }

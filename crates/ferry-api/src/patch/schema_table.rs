@@ -25,6 +25,22 @@ const fn m(
 /// `(definition, field, metadata)`.
 #[rustfmt::skip]
 pub(super) static FIELD_META: &[(&str, &str, FieldMeta)] = &[
+    // apiextensions.k8s.io/v1 CustomResourceDefinition (issue 16).
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames", "categories", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionNames", "shortNames", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionSpec", "versions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus", "conditions", m(None, None, Some("map"), &["type"], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus", "storedVersions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion", "additionalPrinterColumns", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionVersion", "selectableFields", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "allOf", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "anyOf", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "enum", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "oneOf", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "required", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "x-kubernetes-list-map-keys", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "x-kubernetes-validations", m(Some("merge"), Some("rule"), Some("map"), &["rule"], None)),
+    ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion", "conversionReviewVersions", m(None, None, Some("atomic"), &[], None)),
     // Issue 16 workload kinds (StatefulSet, DaemonSet, Job, CronJob, PodDisruptionBudget).
     ("io.k8s.api.apps.v1.DaemonSetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
     ("io.k8s.api.apps.v1.StatefulSetSpec", "volumeClaimTemplates", m(None, None, Some("atomic"), &[], None)),
