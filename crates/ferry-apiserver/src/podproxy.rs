@@ -1,11 +1,11 @@
-//! `pods/log` and `pods/exec`: proxied to the agent (kubelet endpoint) of the pod's node, as
+//! `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward`: proxied to the agent (kubelet endpoint) of the pod's node, as
 //! kube-apiserver does. The agent's address comes from the Node (`status.addresses`, InternalIP
 //! first, and `status.daemonEndpoints.kubeletEndpoint.Port`), reached over HTTPS only: the API
 //! server presents its kubelet client certificate and verifies the agent's serving certificate
 //! against the kubelet certificate authority (see [`crate::pki::kubelet_client_config`]); it
-//! never sends a bearer token to an agent. Exec is an HTTP upgrade
-//! (WebSocket `v5.channel.k8s.io`/`v4.channel.k8s.io`): once the agent answers 101, bytes are
-//! copied both ways.
+//! never sends a bearer token to an agent. Exec, attach and port-forward are HTTP upgrades
+//! (SPDY/3.1 with `X-Stream-Protocol-Version`, or WebSocket with its subprotocols, including
+//! SPDY tunnelled in WebSocket): once the agent answers 101, bytes are copied both ways.
 
 use std::sync::Arc;
 
@@ -31,6 +31,8 @@ const LOG_PARAMS: &[&str] = &[
     "limitBytes",
 ];
 const EXEC_PARAMS: &[&str] = &["command", "stdin", "stdout", "stderr", "tty"];
+const ATTACH_PARAMS: &[&str] = &["stdin", "stdout", "stderr", "tty"];
+const PORTFORWARD_PARAMS: &[&str] = &["ports"];
 
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -192,22 +194,32 @@ async fn proxy(
     let ns = rp.namespace.as_deref().unwrap_or("default");
     let name = rp.name.as_deref().ok_or_else(ApiError::not_found_path)?;
     let sub = rp.subresource.as_deref().unwrap_or("");
-    let is_exec = sub == "exec";
+    // exec, attach and portforward are upgrades (kubectl sends POST, other clients GET).
+    let is_exec = matches!(sub, "exec" | "attach" | "portforward");
     if !is_exec && req.method() != http::Method::GET {
         return Err(ApiError::method_not_allowed());
     }
     let raw = req.uri().query().map(str::to_string);
     let q = Query::parse(raw.as_deref());
     let pod = get_json(&server, "pods", Some(ns), name).await?;
-    let container = pick_container(&pod, q.get("container"))?;
+    let container = if sub == "portforward" {
+        String::new()
+    } else {
+        pick_container(&pod, q.get("container"))?
+    };
     if is_exec {
         let phase = pod
             .pointer("/status/phase")
             .and_then(Value::as_str)
             .unwrap_or("");
         if phase == "Succeeded" || phase == "Failed" {
+            let what = match sub {
+                "attach" => "attach a container in",
+                "portforward" => "port forward to",
+                _ => "exec into a container in",
+            };
             return Err(ApiError::bad_request(format!(
-                "cannot exec into a container in a completed pod; current phase is {phase}"
+                "cannot {what} a completed pod; current phase is {phase}"
             )));
         }
     }
@@ -226,18 +238,23 @@ async fn proxy(
             format!("node {node_name} does not report an agent endpoint"),
         )
     })?;
-    let (path, params) = if is_exec {
-        ("exec", EXEC_PARAMS)
-    } else {
-        ("containerLogs", LOG_PARAMS)
+    let (path, params) = match sub {
+        "exec" => ("exec", EXEC_PARAMS),
+        "attach" => ("attach", ATTACH_PARAMS),
+        "portforward" => ("portForward", PORTFORWARD_PARAMS),
+        _ => ("containerLogs", LOG_PARAMS),
     };
     let query = filter_query(raw.as_deref(), params);
-    let uri = format!(
-        "/{path}/{}/{}/{}?{query}",
-        encode(ns),
-        encode(name),
-        encode(&container)
-    );
+    let uri = if sub == "portforward" {
+        format!("/{path}/{}/{}?{query}", encode(ns), encode(name))
+    } else {
+        format!(
+            "/{path}/{}/{}/{}?{query}",
+            encode(ns),
+            encode(name),
+            encode(&container)
+        )
+    };
     let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| {
         ApiError::new(
             502,

@@ -255,11 +255,14 @@ impl Server {
         if rp.namespace.is_some() && !res.info().namespaced {
             return error_response(&ApiError::not_found_path());
         }
-        // pods/log and pods/exec are proxied to the pod's node agent.
+        // pods/log, exec, attach and portforward are proxied to the pod's node agent.
         if rp.group.is_empty()
             && rp.resource == "pods"
             && rp.name.is_some()
-            && matches!(rp.subresource.as_deref(), Some("log" | "exec"))
+            && matches!(
+                rp.subresource.as_deref(),
+                Some("log" | "exec" | "attach" | "portforward")
+            )
         {
             return crate::podproxy::handle(self.clone(), req, &rp).await;
         }

@@ -18,6 +18,7 @@ pub mod node;
 pub mod podstate;
 pub mod runtime;
 pub mod server;
+pub mod streaming;
 pub mod volumes;
 
 use std::collections::HashMap;

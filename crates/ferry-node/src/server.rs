@@ -403,7 +403,11 @@ impl Endpoint {
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
         match segs.as_slice() {
             ["containerLogs", ns, pod, container] => self.logs(ns, pod, container, &pairs).await,
+            ["exec", ns, pod, container] if upgrade_of(&req) == Some(Upgrade::Spdy) => {
+                self.spdy_command(req, ns, pod, container, &pairs)
+            }
             ["exec", ns, pod, container] => self.exec(req, ns, pod, container, &pairs),
+            ["portForward", ns, pod] => self.port_forward(req, ns, pod, &pairs),
             _ => text(404, "404 page not found"),
         }
     }
@@ -595,7 +599,216 @@ impl Endpoint {
     }
 }
 
-fn normal_close() -> Message {
+/// The protocol a request asks to upgrade to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upgrade {
+    Spdy,
+    WebSocket,
+}
+
+pub fn upgrade_of<B>(req: &Request<B>) -> Option<Upgrade> {
+    let v = req.headers().get(header::UPGRADE)?.to_str().ok()?;
+    if v.eq_ignore_ascii_case("websocket") {
+        Some(Upgrade::WebSocket)
+    } else if v.to_ascii_uppercase().starts_with("SPDY/3") {
+        Some(Upgrade::Spdy)
+    } else {
+        None
+    }
+}
+
+fn header_values<B>(req: &Request<B>, name: &str) -> Vec<String> {
+    let vals: Vec<&str> = req
+        .headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    crate::streaming::header_list(&vals)
+}
+
+fn spdy_switch(protocol: &str) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", protocol)
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap_or_else(|_| text(500, "response"))
+}
+
+fn ws_switch(key: &[u8], protocol: &str) -> Response<Body> {
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key);
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::UPGRADE, "websocket")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .header(header::SEC_WEBSOCKET_PROTOCOL, protocol)
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap_or_else(|_| text(500, "response"))
+}
+
+impl Endpoint {
+    /// `exec` over SPDY (kubectl up to 1.29, client-go's SPDY executor).
+    fn spdy_command(
+        &self,
+        req: Request<Incoming>,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        q: &[(String, String)],
+    ) -> Response<Body> {
+        use crate::streaming::{CommandOptions, REMOTECOMMAND_PROTOCOLS, negotiate};
+        let offered = header_values(&req, "x-stream-protocol-version");
+        let Some(protocol) = negotiate(&offered, REMOTECOMMAND_PROTOCOLS) else {
+            return text(
+                403,
+                format!(
+                    "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server accepts {REMOTECOMMAND_PROTOCOLS:?}"
+                ),
+            );
+        };
+        let Some(shared) = self.rt.find(ns, pod) else {
+            return text(404, format!("pod {ns}/{pod} is not running on this node"));
+        };
+        let Some(info) = shared
+            .containers
+            .lock()
+            .ok()
+            .and_then(|m| m.get(container).cloned())
+        else {
+            return text(
+                404,
+                format!("container {container:?} not found in pod {pod:?}"),
+            );
+        };
+        let opts = CommandOptions {
+            command: q
+                .iter()
+                .filter(|(k, _)| k == "command")
+                .map(|(_, v)| v.clone())
+                .collect(),
+            stdin: flag(q, "stdin"),
+            stdout: flag(q, "stdout"),
+            stderr: flag(q, "stderr"),
+            tty: flag(q, "tty"),
+        };
+        if !(opts.stdin || opts.stdout || opts.stderr) {
+            return text(400, "you must specify at least 1 of stdin, stdout, stderr");
+        }
+        let cmd = exec_command(&shared, &info, &opts.command);
+        tokio::spawn(async move {
+            match hyper::upgrade::on(req).await {
+                Ok(u) => {
+                    crate::streaming::serve_spdy_exec(
+                        hyper_util::rt::TokioIo::new(u),
+                        protocol,
+                        opts,
+                        cmd,
+                    )
+                    .await
+                }
+                Err(e) => tracing::debug!("exec upgrade: {e}"),
+            }
+        });
+        spdy_switch(protocol)
+    }
+
+    /// `portForward`: SPDY, SPDY tunnelled in WebSocket, or WebSocket channels.
+    fn port_forward(
+        &self,
+        req: Request<Incoming>,
+        ns: &str,
+        pod: &str,
+        q: &[(String, String)],
+    ) -> Response<Body> {
+        use crate::streaming::{
+            PORTFORWARD_PROTOCOL, TUNNEL_PROTOCOL, WS_PORTFORWARD_PROTOCOL, negotiate,
+        };
+        let target = match crate::streaming::pod_target(&self.rt, ns, pod) {
+            Ok(t) => t,
+            Err(e) => return text(404, e),
+        };
+        let name = format!("{ns}/{pod}");
+        match upgrade_of(&req) {
+            Some(Upgrade::Spdy) => {
+                let offered = header_values(&req, "x-stream-protocol-version");
+                if negotiate(&offered, &[PORTFORWARD_PROTOCOL]).is_none() {
+                    return text(
+                        403,
+                        format!(
+                            "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server accepts [\"{PORTFORWARD_PROTOCOL}\"]"
+                        ),
+                    );
+                }
+                tokio::spawn(async move {
+                    if let Ok(u) = hyper::upgrade::on(req).await {
+                        crate::streaming::serve_spdy_portforward(
+                            hyper_util::rt::TokioIo::new(u),
+                            target,
+                            name,
+                        )
+                        .await;
+                    }
+                });
+                spdy_switch(PORTFORWARD_PROTOCOL)
+            }
+            Some(Upgrade::WebSocket) => {
+                let offered = header_values(&req, "sec-websocket-protocol");
+                let Some(protocol) =
+                    negotiate(&offered, &[TUNNEL_PROTOCOL, WS_PORTFORWARD_PROTOCOL])
+                else {
+                    return text(
+                        400,
+                        format!(
+                            "unsupported port-forward subprotocols {offered:?}: want {TUNNEL_PROTOCOL} or {WS_PORTFORWARD_PROTOCOL}"
+                        ),
+                    );
+                };
+                let ports = if protocol == WS_PORTFORWARD_PROTOCOL {
+                    match crate::streaming::ws_ports(q) {
+                        Ok(p) => p,
+                        Err(e) => return text(400, e),
+                    }
+                } else {
+                    Vec::new()
+                };
+                let Some(key) = req
+                    .headers()
+                    .get(header::SEC_WEBSOCKET_KEY)
+                    .map(|k| k.as_bytes().to_vec())
+                else {
+                    return text(400, "missing Sec-WebSocket-Key");
+                };
+                tokio::spawn(async move {
+                    let Ok(u) = hyper::upgrade::on(req).await else {
+                        return;
+                    };
+                    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                        hyper_util::rt::TokioIo::new(u),
+                        Role::Server,
+                        None,
+                    )
+                    .await;
+                    if protocol == TUNNEL_PROTOCOL {
+                        let io = crate::streaming::ws_byte_stream(ws);
+                        crate::streaming::serve_spdy_portforward(io, target, name).await;
+                    } else {
+                        crate::streaming::serve_ws_portforward(ws, target, ports, name).await;
+                    }
+                });
+                ws_switch(&key, protocol)
+            }
+            None => text(
+                400,
+                "port forwarding needs an upgrade to SPDY/3.1 or WebSocket",
+            ),
+        }
+    }
+}
+
+pub(crate) fn normal_close() -> Message {
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     Message::Close(Some(CloseFrame {

@@ -43,6 +43,7 @@ enum Out {
         fin: bool,
         headers: Headers,
     },
+    Shutdown,
 }
 
 /// A stream: its headers, the data the peer sends on it (the receiver ends at the peer's FIN
@@ -194,6 +195,12 @@ impl Session {
             .map_err(|_| Closed)
     }
 
+    /// Writes what is queued, then closes the sending side of the connection (the peer
+    /// reads EOF). Nothing is sent after it.
+    pub async fn shutdown(&self) {
+        let _ = self.out.send(Out::Shutdown).await;
+    }
+
     /// Resolves when the peer's side of the connection has ended (EOF, error, protocol
     /// violation).
     pub async fn ended(&self) {
@@ -207,9 +214,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
     let mut buf = BytesMut::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
+        let mut stop = false;
         // Batch whatever is queued into one write.
         while let Some(m) = next {
             let f = match m {
+                Out::Shutdown => {
+                    stop = true;
+                    None
+                }
                 Out::Frame(f) => Some(f),
                 Out::Syn {
                     stream,
@@ -234,7 +246,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
             if let Some(f) = f {
                 f.encode(&mut buf);
             }
-            next = if buf.len() < 256 * 1024 {
+            next = if !stop && buf.len() < 256 * 1024 {
                 rx.try_recv().ok()
             } else {
                 None
@@ -244,6 +256,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
             return;
         }
         buf.clear();
+        if stop {
+            break;
+        }
     }
     let _ = wr.shutdown().await;
 }

@@ -1,0 +1,886 @@
+//! Streaming endpoints of the agent beyond WebSocket exec (see [`crate::server`]): kubelet's
+//! SPDY/3.1 remote command protocol (`v4.channel.k8s.io` … `channel.k8s.io`) for `exec` and
+//! `attach`, and port forwarding in its three wire forms — SPDY `portforward.k8s.io` (data and
+//! error stream pairs keyed by `requestID`), SPDY tunnelled in WebSocket binary messages
+//! (`SPDY/3.1+portforward.k8s.io`, kubectl 1.30+), and WebSocket channels
+//! (`v4.channel.k8s.io`: two channels per port, each opened by the port as two little-endian
+//! bytes; the Python client's `portforward`).
+//!
+//! The decisions (protocol negotiation, which streams a command needs, how port-forward
+//! streams pair up, what the error stream says) are pure functions with table tests; the rest
+//! moves bytes.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_spdy::{Headers, Role as SpdyRole, Session, Stream, StreamWriter};
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::runtime::{PodShared, Runtime};
+
+/// Remote command protocols, most preferred first (kubelet's list).
+pub const REMOTECOMMAND_PROTOCOLS: &[&str] = &[
+    "v4.channel.k8s.io",
+    "v3.channel.k8s.io",
+    "v2.channel.k8s.io",
+    "channel.k8s.io",
+];
+/// The SPDY port-forward protocol.
+pub const PORTFORWARD_PROTOCOL: &str = "portforward.k8s.io";
+/// WebSocket subprotocol of SPDY tunnelled through WebSocket (kubectl 1.30+ port-forward).
+pub const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
+/// WebSocket port-forward subprotocol (kubelet's; the Python client's).
+pub const WS_PORTFORWARD_PROTOCOL: &str = "v4.channel.k8s.io";
+/// How long a client has to open the streams a command needs (kubelet's default).
+pub const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The first protocol of ours (in our order of preference) that the client offers.
+pub fn negotiate<'a>(offered: &[String], ours: &[&'a str]) -> Option<&'a str> {
+    ours.iter()
+        .find(|p| offered.iter().any(|o| o.trim() == **p))
+        .copied()
+}
+
+/// Splits header values (`a, b` and repeated headers) into a list.
+pub fn header_list(values: &[&str]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// Which streams a remote command waits for (kubelet's `waitForStreams`): always `error`;
+/// `stdin`/`stdout`/`stderr` as asked (no `stderr` with a TTY); `resize` with a TTY from v3 on.
+pub fn expected_streams(
+    protocol: &str,
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+) -> Vec<&'static str> {
+    let mut v = vec!["error"];
+    if stdin {
+        v.push("stdin");
+    }
+    if stdout {
+        v.push("stdout");
+    }
+    if stderr && !tty {
+        v.push("stderr");
+    }
+    if tty && matches!(protocol, "v3.channel.k8s.io" | "v4.channel.k8s.io") {
+        v.push("resize");
+    }
+    v
+}
+
+/// What goes on the error stream when a command ends: v4 sends a JSON `Status` (the exit
+/// code in `details.causes`), older versions the error text, nothing on success.
+pub fn error_stream_payload(protocol: &str, status: &serde_json::Value) -> Option<Vec<u8>> {
+    if protocol == "v4.channel.k8s.io" {
+        return serde_json::to_vec(status).ok();
+    }
+    if status.get("status").and_then(|s| s.as_str()) == Some("Success") {
+        return None;
+    }
+    status
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(|m| m.as_bytes().to_vec())
+}
+
+/// A port-forward stream's role, from its headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PfStream {
+    pub data: bool,
+    pub port: u16,
+    /// The pairing key: `requestID`, or (clients before it existed) the error stream's id.
+    pub key: String,
+}
+
+/// Classifies a SPDY port-forward stream (kubelet's `httpStreamHandler`).
+pub fn classify_pf_stream(h: &Headers, id: u32) -> Result<PfStream, String> {
+    let kind = h.get("streamtype").unwrap_or("");
+    let data = match kind {
+        "data" => true,
+        "error" => false,
+        other => return Err(format!("invalid stream type {other:?}")),
+    };
+    let port_s = h
+        .get("port")
+        .ok_or_else(|| "port header is missing".to_string())?;
+    let port: u16 = port_s
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid port header {port_s:?}"))?;
+    let key = match h.get("requestid") {
+        Some(r) => r.to_string(),
+        // Old clients: the data stream follows its error stream (ids two apart).
+        None if data => id.saturating_sub(2).to_string(),
+        None => id.to_string(),
+    };
+    Ok(PfStream { data, port, key })
+}
+
+/// The `ports` of a WebSocket port-forward request (`ports=80,443` or repeated).
+pub fn ws_ports(pairs: &[(String, String)]) -> Result<Vec<u16>, String> {
+    let mut out = Vec::new();
+    for (k, v) in pairs.iter().filter(|(k, _)| k == "ports") {
+        let _ = k;
+        for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let n: u16 = p
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("unable to parse {p:?} as a port"))?;
+            out.push(n);
+        }
+    }
+    if out.is_empty() {
+        return Err("query parameter \"port\" is required".into());
+    }
+    Ok(out)
+}
+
+/// Where a pod's ports are reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Inside the pod's network namespace: localhost (as CRI runtimes do), then the pod's
+    /// address (servers bound to it only).
+    Netns(PathBuf, Option<IpAddr>),
+    /// The pod's address (loopback mode: pods share the agent's network namespace).
+    Addr(IpAddr),
+}
+
+/// Where `ns/pod`'s ports are, or why it cannot be reached.
+pub fn pod_target(rt: &Runtime, ns: &str, pod: &str) -> Result<Target, String> {
+    let shared = rt
+        .find(ns, pod)
+        .ok_or_else(|| format!("pod {ns}/{pod} is not running on this node"))?;
+    let ip = rt
+        .pods
+        .lock()
+        .ok()
+        .and_then(|pods| {
+            pods.values()
+                .find(|h| Arc::ptr_eq(&h.shared, &shared))
+                .and_then(|h| h.tx.borrow().status.as_ref().and_then(|s| s.pod_ip.clone()))
+        })
+        .and_then(|ip| ip.parse::<IpAddr>().ok());
+    if shared.netns.load(std::sync::atomic::Ordering::SeqCst) {
+        let pid = shared
+            .containers
+            .lock()
+            .ok()
+            .and_then(|m| m.values().find_map(|c| c.pid))
+            .ok_or_else(|| format!("pod {ns}/{pod} has no running container"))?;
+        return Ok(Target::Netns(
+            PathBuf::from(format!("/proc/{pid}/ns/net")),
+            ip,
+        ));
+    }
+    let ip = ip.ok_or_else(|| format!("pod {ns}/{pod} has no IP address yet"))?;
+    Ok(Target::Addr(ip))
+}
+
+/// Connects to `port` of the pod.
+pub async fn connect(target: &Target, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    let timeout = Duration::from_secs(10);
+    match target {
+        Target::Addr(ip) => {
+            crate::netns::connect_in(None, SocketAddr::new(*ip, port), timeout).await
+        }
+        Target::Netns(ns, ip) => {
+            let mut tries = vec![
+                SocketAddr::from(([127, 0, 0, 1], port)),
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+            ];
+            tries.extend(ip.map(|ip| SocketAddr::new(ip, port)));
+            let mut first = None;
+            for a in tries {
+                match crate::netns::connect_in(Some(ns), a, timeout).await {
+                    Ok(s) => return Ok(s),
+                    Err(e) => {
+                        first.get_or_insert(e);
+                    }
+                }
+            }
+            Err(first.unwrap_or_else(|| std::io::Error::other("no address")))
+        }
+    }
+}
+
+/// Collects the streams a command needs, by type, until all are there (or the timeout, or
+/// the session ends).
+async fn wait_for_streams(
+    incoming: &mut mpsc::Receiver<Stream>,
+    want: &[&str],
+) -> Result<HashMap<String, Stream>, String> {
+    let mut got: HashMap<String, Stream> = HashMap::new();
+    let deadline = tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT;
+    while want.iter().any(|w| !got.contains_key(*w)) {
+        let s = tokio::time::timeout_at(deadline, incoming.recv())
+            .await
+            .map_err(|_| "timed out waiting for client to create streams".to_string())?
+            .ok_or_else(|| "connection closed before the streams were created".to_string())?;
+        let kind = s.headers.get("streamtype").unwrap_or("").to_string();
+        if want.contains(&kind.as_str()) {
+            got.insert(kind, s);
+        } else {
+            let _ = s.writer.reset(ferry_spdy::frame::rst::PROTOCOL_ERROR).await;
+        }
+    }
+    Ok(got)
+}
+
+type Pipe = Box<dyn AsyncRead + Send + Unpin>;
+
+/// How a command's standard streams are wired to the client.
+pub struct CommandIo {
+    pub stdin: Option<mpsc::Receiver<Bytes>>,
+    pub stdout: Option<StreamWriter>,
+    pub stderr: Option<StreamWriter>,
+    /// With a TTY the command's stderr goes to stdout.
+    pub tty: bool,
+}
+
+/// Runs a command with its streams wired to SPDY streams; returns the exit code (None: it
+/// could not start, with the message).
+async fn run_command(
+    cmd: Result<tokio::process::Command, String>,
+    io: CommandIo,
+) -> Result<i32, String> {
+    use std::process::Stdio;
+    let mut cmd = cmd?;
+    cmd.stdin(if io.stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(if io.stdout.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stderr(if io.stderr.is_some() || (io.tty && io.stdout.is_some()) {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("failed to exec in container: {e}"))?;
+    let mut pumps = tokio::task::JoinSet::new();
+    let err_sink = if io.tty {
+        io.stdout.clone()
+    } else {
+        io.stderr.clone()
+    };
+    let outs: [(Option<Pipe>, Option<StreamWriter>); 2] = [
+        (
+            child.stdout.take().map(|p| Box::new(p) as Pipe),
+            io.stdout.clone(),
+        ),
+        (child.stderr.take().map(|p| Box::new(p) as Pipe), err_sink),
+    ];
+    for (pipe, sink) in outs {
+        let (Some(mut pipe), Some(sink)) = (pipe, sink) else {
+            continue;
+        };
+        pumps.spawn(async move {
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                match pipe.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        if sink.write(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    let stdin_task = match (child.stdin.take(), io.stdin) {
+        (Some(mut pipe), Some(mut rx)) => Some(tokio::spawn(async move {
+            while let Some(b) = rx.recv().await {
+                if pipe.write_all(&b).await.is_err() {
+                    return;
+                }
+            }
+            // The client closed stdin: the command sees EOF.
+            let _ = pipe.shutdown().await;
+        })),
+        _ => None,
+    };
+    let st = child.wait().await;
+    while pumps.join_next().await.is_some() {}
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    Ok(match st {
+        Ok(s) => s.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + s.signal().unwrap_or(0)
+        }),
+        Err(_) => 1,
+    })
+}
+
+/// The options of a remote command request.
+#[derive(Debug, Clone, Default)]
+pub struct CommandOptions {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
+}
+
+/// Serves one SPDY remote command session: waits for the client's streams, runs the command,
+/// reports its end on the error stream.
+pub async fn serve_spdy_exec<T>(
+    io: T,
+    protocol: &'static str,
+    opts: CommandOptions,
+    cmd: Result<tokio::process::Command, String>,
+) where
+    T: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (session, mut incoming) = Session::start(io, SpdyRole::Server);
+    let want = expected_streams(protocol, opts.stdin, opts.stdout, opts.stderr, opts.tty);
+    let mut streams = match wait_for_streams(&mut incoming, &want).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("exec: {e}");
+            let _ = session.go_away().await;
+            return;
+        }
+    };
+    // Streams opened later (none expected) are refused by dropping the receiver.
+    drop(incoming);
+    let Some(error) = streams.remove("error") else {
+        return;
+    };
+    let stdin = streams.remove("stdin").map(|s| s.data);
+    let stdout = streams.remove("stdout").map(|s| s.writer);
+    let stderr = streams.remove("stderr").map(|s| s.writer);
+    // Terminal sizes are read and dropped: commands run without a terminal.
+    if let Some(mut resize) = streams.remove("resize") {
+        tokio::spawn(async move { while resize.data.recv().await.is_some() {} });
+    }
+    let code = run_command(
+        cmd,
+        CommandIo {
+            stdin,
+            stdout: stdout.clone(),
+            stderr: stderr.clone(),
+            tty: opts.tty,
+        },
+    )
+    .await;
+    for w in [&stdout, &stderr].into_iter().flatten() {
+        let _ = w.finish().await;
+    }
+    let status = match code {
+        Ok(c) => crate::server::exit_status(&opts.command, Some(c), None),
+        Err(e) => crate::server::exit_status(&opts.command, None, Some(e)),
+    };
+    if let Some(p) = error_stream_payload(protocol, &status) {
+        let _ = error.writer.write(Bytes::from(p)).await;
+    }
+    let _ = error.writer.finish().await;
+    // The client closes the connection once it has read everything; do not wait forever.
+    let _ = tokio::time::timeout(Duration::from_secs(10), session.ended()).await;
+    session.shutdown().await;
+}
+
+/// Serves one SPDY port-forward session: pairs each data stream with its error stream and
+/// copies bytes between the data stream and a new connection to the pod's port.
+pub async fn serve_spdy_portforward<T>(io: T, target: Target, pod: String)
+where
+    T: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (session, mut incoming) = Session::start(io, SpdyRole::Server);
+    let mut pending: HashMap<String, (Option<Stream>, Option<Stream>)> = HashMap::new();
+    while let Some(s) = incoming.recv().await {
+        let pf = match classify_pf_stream(&s.headers, s.id) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!("port-forward {pod}: {e}");
+                let _ = s.writer.reset(ferry_spdy::frame::rst::PROTOCOL_ERROR).await;
+                continue;
+            }
+        };
+        let entry = pending.entry(pf.key.clone()).or_default();
+        if pf.data {
+            entry.0 = Some(s);
+        } else {
+            entry.1 = Some(s);
+        }
+        if entry.0.is_some()
+            && entry.1.is_some()
+            && let Some((Some(data), Some(error))) = pending.remove(&pf.key)
+        {
+            let target = target.clone();
+            let pod = pod.clone();
+            tokio::spawn(forward_pair(data, error, target, pf.port, pod));
+        }
+    }
+    session.shutdown().await;
+}
+
+async fn forward_pair(data: Stream, error: Stream, target: Target, port: u16, pod: String) {
+    let Stream {
+        data: mut from_client,
+        writer,
+        ..
+    } = data;
+    // The client only reads the error stream; drain what it might send.
+    let Stream {
+        data: mut err_in,
+        writer: err_out,
+        ..
+    } = error;
+    tokio::spawn(async move { while err_in.recv().await.is_some() {} });
+    let conn = match connect(&target, port).await {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!("error forwarding port {port} to pod {pod}: {e}");
+            tracing::info!("{msg}");
+            let _ = err_out.write(Bytes::from(msg)).await;
+            let _ = err_out.finish().await;
+            let _ = writer.finish().await;
+            return;
+        }
+    };
+    let (mut rd, mut wr) = conn.into_split();
+    let up = tokio::spawn(async move {
+        while let Some(b) = from_client.recv().await {
+            if wr.write_all(&b).await.is_err() {
+                return;
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        match rd.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if writer
+                    .write(Bytes::copy_from_slice(&buf[..n]))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = writer.finish().await;
+    let _ = err_out.finish().await;
+    let _ = up.await;
+}
+
+/// A WebSocket as a byte stream: binary messages in, binary messages out (the SPDY tunnel).
+pub fn ws_byte_stream<S>(ws: tokio_tungstenite::WebSocketStream<S>) -> tokio::io::DuplexStream
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (ours, theirs) = tokio::io::duplex(256 * 1024);
+    let (mut sink, mut stream) = ws.split();
+    let (mut rd, mut wr) = tokio::io::split(ours);
+    tokio::spawn(async move {
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(Message::Binary(b)) if wr.write_all(&b).await.is_err() => break,
+                Ok(Message::Close(_)) | Err(_) => break,
+                _ => {}
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sink
+                        .send(Message::Binary(Bytes::copy_from_slice(&buf[..n])))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = sink.close().await;
+    });
+    theirs
+}
+
+/// Serves a WebSocket port-forward (`v4.channel.k8s.io`): for port i, channel 2i carries
+/// data and 2i+1 errors; each channel's first message is the port (little-endian u16).
+pub async fn serve_ws_portforward<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    target: Target,
+    ports: Vec<u16>,
+    pod: String,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sink, mut stream) = ws.split();
+    let (otx, mut orx) = mpsc::channel::<Message>(64);
+    let writer = tokio::spawn(async move {
+        while let Some(m) = orx.recv().await {
+            let close = matches!(m, Message::Close(_));
+            if sink.send(m).await.is_err() || close {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let frame = |ch: u8, data: &[u8]| {
+        let mut b = Vec::with_capacity(data.len() + 1);
+        b.push(ch);
+        b.extend_from_slice(data);
+        Message::Binary(Bytes::from(b))
+    };
+    for (i, port) in ports.iter().enumerate() {
+        for ch in [2 * i as u8, 2 * i as u8 + 1] {
+            let _ = otx.send(frame(ch, &port.to_le_bytes())).await;
+        }
+    }
+    let mut to_pod: Vec<Option<mpsc::Sender<Bytes>>> = Vec::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, port) in ports.iter().copied().enumerate() {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(32);
+        to_pod.push(Some(tx));
+        let otx = otx.clone();
+        let target = target.clone();
+        let pod = pod.clone();
+        let data_ch = 2 * i as u8;
+        tasks.spawn(async move {
+            let conn = match connect(&target, port).await {
+                Ok(c) => c,
+                Err(e) => {
+                    let msg = format!("error forwarding port {port} to pod {pod}: {e}");
+                    let _ = otx.send(frame(data_ch + 1, msg.as_bytes())).await;
+                    return;
+                }
+            };
+            let (mut rd, mut wr) = conn.into_split();
+            let up = tokio::spawn(async move {
+                while let Some(b) = rx.recv().await {
+                    if wr.write_all(&b).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = wr.shutdown().await;
+            });
+            let mut buf = vec![0u8; 32 * 1024];
+            loop {
+                match rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if otx.send(frame(data_ch, &buf[..n])).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            up.abort();
+        });
+    }
+    let reader = tokio::spawn(async move {
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(Message::Binary(b)) if !b.is_empty() => {
+                    let ch = b[0] as usize;
+                    if ch.is_multiple_of(2)
+                        && let Some(Some(tx)) = to_pod.get(ch / 2)
+                        && tx.send(b.slice(1..)).await.is_err()
+                    {
+                        to_pod[ch / 2] = None;
+                    }
+                }
+                Ok(Message::Close(_)) | Err(_) => break,
+                _ => {}
+            }
+        }
+    });
+    // The session ends when every forwarded connection has ended (or the client left).
+    tokio::select! {
+        _ = async { while tasks.join_next().await.is_some() {} } => {}
+        _ = reader => {}
+    }
+    let _ = otx.send(crate::server::normal_close()).await;
+    drop(otx);
+    let _ = writer.await;
+}
+
+/// Whether a pod (by its shared state) has a container named `c` running.
+pub fn container_running(shared: &PodShared, c: &str) -> bool {
+    shared
+        .containers
+        .lock()
+        .ok()
+        .and_then(|m| m.get(c).map(|i| i.pid.is_some()))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn negotiation_prefers_our_order() {
+        let offered = header_list(&["channel.k8s.io, v4.channel.k8s.io", "v3.channel.k8s.io"]);
+        assert_eq!(
+            negotiate(&offered, REMOTECOMMAND_PROTOCOLS),
+            Some("v4.channel.k8s.io")
+        );
+        let old = header_list(&["v2.channel.k8s.io", "channel.k8s.io"]);
+        assert_eq!(
+            negotiate(&old, REMOTECOMMAND_PROTOCOLS),
+            Some("v2.channel.k8s.io")
+        );
+        assert_eq!(
+            negotiate(&header_list(&["v9"]), REMOTECOMMAND_PROTOCOLS),
+            None
+        );
+    }
+
+    #[test]
+    fn streams_a_command_needs() {
+        for (proto, stdin, stdout, stderr, tty, want) in [
+            (
+                "v4.channel.k8s.io",
+                false,
+                true,
+                true,
+                false,
+                vec!["error", "stdout", "stderr"],
+            ),
+            (
+                "v4.channel.k8s.io",
+                true,
+                true,
+                true,
+                false,
+                vec!["error", "stdin", "stdout", "stderr"],
+            ),
+            (
+                "v4.channel.k8s.io",
+                true,
+                true,
+                true,
+                true,
+                vec!["error", "stdin", "stdout", "resize"],
+            ),
+            (
+                "v2.channel.k8s.io",
+                true,
+                true,
+                false,
+                true,
+                vec!["error", "stdin", "stdout"],
+            ),
+        ] {
+            assert_eq!(
+                expected_streams(proto, stdin, stdout, stderr, tty),
+                want,
+                "{proto}"
+            );
+        }
+    }
+
+    #[test]
+    fn error_stream_by_version() {
+        let ok = json!({"metadata": {}, "status": "Success"});
+        let bad = crate::server::exit_status(&["false".into()], Some(1), None);
+        assert_eq!(
+            error_stream_payload("v4.channel.k8s.io", &ok),
+            Some(br#"{"metadata":{},"status":"Success"}"#.to_vec())
+        );
+        let v4: serde_json::Value = serde_json::from_slice(
+            &error_stream_payload("v4.channel.k8s.io", &bad).expect("payload"),
+        )
+        .expect("json");
+        assert_eq!(v4["details"]["causes"][0]["message"], "1");
+        assert_eq!(error_stream_payload("v3.channel.k8s.io", &ok), None);
+        let text = error_stream_payload("v2.channel.k8s.io", &bad).expect("text");
+        assert!(String::from_utf8_lossy(&text).contains("exit code 1"));
+    }
+
+    #[test]
+    fn port_forward_streams_pair_up() {
+        let h = Headers::new()
+            .with("streamType", "data")
+            .with("port", "8080")
+            .with("requestID", "4");
+        assert_eq!(
+            classify_pf_stream(&h, 3),
+            Ok(PfStream {
+                data: true,
+                port: 8080,
+                key: "4".into()
+            })
+        );
+        // Without requestID the data stream (id 3) pairs with the error stream (id 1).
+        let err = Headers::new()
+            .with("streamType", "error")
+            .with("port", "80");
+        let data = Headers::new().with("streamType", "data").with("port", "80");
+        assert_eq!(
+            classify_pf_stream(&err, 1).map(|p| p.key),
+            classify_pf_stream(&data, 3).map(|p| p.key)
+        );
+        for bad in [
+            Headers::new()
+                .with("streamType", "stdin")
+                .with("port", "80"),
+            Headers::new().with("streamType", "data"),
+            Headers::new().with("streamType", "data").with("port", "0"),
+            Headers::new()
+                .with("streamType", "data")
+                .with("port", "70000"),
+        ] {
+            assert!(classify_pf_stream(&bad, 1).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn websocket_ports() {
+        let q = |s: &str| crate::server::query_pairs(Some(s));
+        assert_eq!(
+            ws_ports(&q("ports=80,443&ports=8080")),
+            Ok(vec![80, 443, 8080])
+        );
+        assert!(ws_ports(&q("ports=http")).is_err());
+        assert!(ws_ports(&q("x=1")).is_err());
+    }
+
+    #[tokio::test]
+    async fn spdy_exec_runs_a_command_end_to_end() {
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", "cat; echo err >&2; exit 3"]);
+        let opts = CommandOptions {
+            command: vec!["sh".into()],
+            stdin: true,
+            stdout: true,
+            stderr: true,
+            tty: false,
+        };
+        let server = tokio::spawn(serve_spdy_exec(b, "v4.channel.k8s.io", opts, Ok(cmd)));
+        let (client, _) = Session::start(a, SpdyRole::Client);
+        let open = |t: &str| client.open(Headers::new().with("streamType", t));
+        let mut error = open("error").await.expect("error");
+        let stdin = open("stdin").await.expect("stdin");
+        let mut stdout = open("stdout").await.expect("stdout");
+        let mut stderr = open("stderr").await.expect("stderr");
+        stdin
+            .writer
+            .write(Bytes::from_static(b"hello\n"))
+            .await
+            .expect("write");
+        stdin.writer.finish().await.expect("fin");
+        let mut out = Vec::new();
+        while let Some(b) = stdout.data.recv().await {
+            out.extend_from_slice(&b);
+        }
+        assert_eq!(out, b"hello\n");
+        let mut err = Vec::new();
+        while let Some(b) = stderr.data.recv().await {
+            err.extend_from_slice(&b);
+        }
+        assert_eq!(err, b"err\n");
+        let mut status = Vec::new();
+        while let Some(b) = error.data.recv().await {
+            status.extend_from_slice(&b);
+        }
+        let v: serde_json::Value = serde_json::from_slice(&status).expect("status json");
+        assert_eq!(v["reason"], "NonZeroExitCode");
+        assert_eq!(v["details"]["causes"][0]["message"], "3");
+        // As kubectl does once it has the status: close the connection; the server ends.
+        client.shutdown().await;
+        server.await.expect("server");
+    }
+
+    #[tokio::test]
+    async fn spdy_port_forward_copies_both_ways() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 1024];
+                    while let Ok(n) = c.read(&mut buf).await {
+                        if n == 0 || c.write_all(&buf[..n].to_ascii_uppercase()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(serve_spdy_portforward(
+            b,
+            Target::Addr(IpAddr::from([127, 0, 0, 1])),
+            "default/p".into(),
+        ));
+        let (client, _) = Session::start(a, SpdyRole::Client);
+        for (req, p) in [("0", port), ("1", 1)] {
+            let h = |t: &str| {
+                Headers::new()
+                    .with("streamType", t)
+                    .with("port", p.to_string())
+                    .with("requestID", req)
+            };
+            let mut error = client.open(h("error")).await.expect("error");
+            error.writer.finish().await.expect("fin");
+            let mut data = client.open(h("data")).await.expect("data");
+            if p == 1 {
+                // Nothing listens on port 1: the error stream says so.
+                let mut msg = Vec::new();
+                while let Some(b) = error.data.recv().await {
+                    msg.extend_from_slice(&b);
+                }
+                let msg = String::from_utf8_lossy(&msg);
+                assert!(
+                    msg.contains("error forwarding port 1 to pod default/p"),
+                    "{msg}"
+                );
+                continue;
+            }
+            data.writer
+                .write(Bytes::from_static(b"ping"))
+                .await
+                .expect("w");
+            data.writer.finish().await.expect("fin");
+            let mut got = Vec::new();
+            while let Some(b) = data.data.recv().await {
+                got.extend_from_slice(&b);
+            }
+            assert_eq!(got, b"PING");
+        }
+    }
+}
