@@ -101,6 +101,8 @@ pub struct Api {
     pub store: Arc<dyn Store>,
     pub cache: Arc<Cache>,
     resources: HashMap<(String, String, String), Arc<Resource>>,
+    /// The resources of custom kinds, kept by the CRD controller ([`crate::crd`]).
+    pub crds: crate::crd::Registry,
     /// ClusterIP and NodePort allocation for Services.
     pub services: crate::alloc::ServiceAlloc,
 }
@@ -185,6 +187,7 @@ impl Api {
             store,
             cache,
             resources,
+            crds: Default::default(),
             services: crate::alloc::ServiceAlloc::default(),
         }
     }
@@ -213,7 +216,7 @@ impl Api {
             .collect()
     }
 
-    fn rc(&self, res: &Resource) -> Result<&Arc<ResourceCache>, ApiError> {
+    fn rc(&self, res: &Resource) -> Result<Arc<ResourceCache>, ApiError> {
         self.cache
             .resource(&res.prefix)
             .ok_or_else(|| ApiError::internal("resource cache missing"))
@@ -255,10 +258,11 @@ impl Api {
             .rc(res)?
             .get(&key)
             .ok_or_else(|| ApiError::not_found(res.info(), name))?;
+        let obj = served_object(res, &obj);
         match p.subresource.as_deref() {
             None | Some("status") => {}
             Some("scale") if res.info().scale_subresource => {
-                return Ok(Reply::json(200, &to_scale(res.info(), &obj.value)));
+                return Ok(Reply::json(200, &scale_of(res.strategy, &obj.value)));
             }
             Some(_) => return Err(ApiError::not_found_path()),
         }
@@ -317,7 +321,11 @@ impl Api {
         let snapshot = rc
             .list_at(&res.list_prefix(p.namespace.as_deref()), revision)
             .map_err(|_| rv::too_old(&at))?;
-        let mut items = filter.apply(res, snapshot)?;
+        let mut items: Vec<Arc<CachedObject>> = filter
+            .apply(res, snapshot)?
+            .iter()
+            .map(|o| served_object(res, o))
+            .collect();
         let mut cont = None;
         let mut remaining = None;
         if let rv::ListAt::Continue { start, .. } = &at {
@@ -726,6 +734,9 @@ impl Api {
             };
             let mut old: Value =
                 serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+            if let Some(v) = res.strategy.on_read(&old) {
+                old = v;
+            }
             set_resource_version(&mut old, kv.mod_revision);
             if let Some(rv) = &precondition_rv
                 && rv != &kv.mod_revision.to_string()
@@ -1280,7 +1291,7 @@ impl Api {
                 false,
                 |old| {
                     let old = old.ok_or_else(|| ApiError::not_found(info, name))?;
-                    let n = replicas(&to_scale(info, old))?;
+                    let n = replicas(&scale_of(res.strategy, old))?;
                     if n < 0 {
                         return Err(ApiError::invalid(
                             info,
@@ -1293,7 +1304,12 @@ impl Api {
                         ));
                     }
                     let mut new = old.clone();
-                    new["spec"]["replicas"] = json!(n);
+                    match res.strategy.scale_paths() {
+                        Some((spec, ..)) => {
+                            ferry_crd::jsonpath::set(spec, &mut new, json!(n));
+                        }
+                        None => new["spec"]["replicas"] = json!(n),
+                    }
                     Ok(new)
                 },
                 None,
@@ -1303,7 +1319,7 @@ impl Api {
         match reply {
             Reply::Json { body, .. } => {
                 let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                Ok(Reply::json(200, &to_scale(info, &v)))
+                Ok(Reply::json(200, &scale_of(res.strategy, &v)))
             }
             other => Ok(other),
         }
@@ -1638,6 +1654,42 @@ fn object_key(res: &Resource, v: &Value) -> String {
     } else {
         objects::name(v).to_string()
     }
+}
+
+/// The object as served: a custom kind's stored object in the requested version, with its
+/// schema's defaults ([`Strategy::on_read`]); other kinds as cached.
+pub fn served_object(res: &Resource, o: &Arc<CachedObject>) -> Arc<CachedObject> {
+    match res.strategy.on_read(&o.value) {
+        None => o.clone(),
+        Some(value) => Arc::new(CachedObject {
+            bytes: Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
+            value,
+            revision: o.revision,
+        }),
+    }
+}
+
+/// The `autoscaling/v1` Scale of an object: from a custom kind's scale paths, or as
+/// [`to_scale`].
+pub fn scale_of(strategy: &dyn Strategy, v: &Value) -> Value {
+    let Some((spec, status, selector)) = strategy.scale_paths() else {
+        return to_scale(strategy.info(), v);
+    };
+    let int = |p: &str| {
+        ferry_crd::jsonpath::get(p, v)
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let mut scale = to_scale(strategy.info(), v);
+    scale["spec"] = json!({"replicas": int(spec)});
+    scale["status"] = json!({"replicas": int(status)});
+    if let Some(sel) = selector
+        .and_then(|p| ferry_crd::jsonpath::get(p, v))
+        .and_then(Value::as_str)
+    {
+        scale["status"]["selector"] = json!(sel);
+    }
+    scale
 }
 
 /// An `autoscaling/v1` Scale for a Deployment or ReplicaSet.

@@ -231,8 +231,9 @@ impl ResourceCache {
 }
 
 /// All resource caches, keyed by the store prefix of the resource (`/registry/services/`).
+/// Resources of custom kinds come and go with their CRDs ([`Cache::ensure`], [`Cache::remove`]).
 pub struct Cache {
-    resources: HashMap<String, Arc<ResourceCache>>,
+    resources: RwLock<HashMap<String, Arc<ResourceCache>>>,
     revision: watch::Sender<Revision>,
 }
 
@@ -268,7 +269,7 @@ impl Cache {
         let (tx, _) = watch::channel(revision);
         Ok((
             Arc::new(Cache {
-                resources,
+                resources: RwLock::new(resources),
                 revision: tx,
             }),
             revision,
@@ -294,7 +295,10 @@ impl Cache {
     fn apply_store_event(&self, ev: Event) {
         let rev = ev.revision();
         let key = ev.key().to_string();
-        if let Some(rc) = self.resource_for_key(&key) {
+        // Held until the revision is published, so that `ensure` sees every resource cache
+        // either before or after a whole event.
+        let resources = self.resources.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(rc) = Self::resource_for_key(&resources, &key) {
             let prev = rc.get(&key);
             let ce = match ev {
                 Event::Put { kv, .. } => {
@@ -324,6 +328,7 @@ impl Cache {
             }
         }
         self.revision.send_replace(rev);
+        drop(resources);
     }
 
     /// Re-lists every resource from the store after the watch lost history (compaction):
@@ -331,7 +336,8 @@ impl Cache {
     /// and their watchers converge without a gap. Returns the revision to follow from.
     pub async fn resync(&self, store: &dyn Store) -> Result<Revision, StoreError> {
         let revision = store.current_revision().await?;
-        for (prefix, rc) in &self.resources {
+        for (prefix, rc) in self.resources() {
+            let prefix = &prefix;
             let res = store
                 .range(
                     prefix,
@@ -399,10 +405,13 @@ impl Cache {
         Ok(revision)
     }
 
-    fn resource_for_key(&self, key: &str) -> Option<&Arc<ResourceCache>> {
+    fn resource_for_key<'a>(
+        resources: &'a HashMap<String, Arc<ResourceCache>>,
+        key: &str,
+    ) -> Option<&'a Arc<ResourceCache>> {
         // Keys are `<prefix><ns>/<name>` or `<prefix><name>`; try the longest matching prefix.
         let mut best: Option<(&String, &Arc<ResourceCache>)> = None;
-        for (p, rc) in &self.resources {
+        for (p, rc) in resources {
             if key.starts_with(p.as_str()) && best.is_none_or(|(bp, _)| p.len() > bp.len()) {
                 best = Some((p, rc));
             }
@@ -410,12 +419,76 @@ impl Cache {
         best.map(|(_, rc)| rc)
     }
 
-    pub fn resource(&self, prefix: &str) -> Option<&Arc<ResourceCache>> {
-        self.resources.get(prefix)
+    pub fn resource(&self, prefix: &str) -> Option<Arc<ResourceCache>> {
+        self.resources
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(prefix)
+            .cloned()
     }
 
-    pub fn resources(&self) -> impl Iterator<Item = (&String, &Arc<ResourceCache>)> {
-        self.resources.iter()
+    pub fn resources(&self) -> Vec<(String, Arc<ResourceCache>)> {
+        self.resources
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Adds the cache of a resource that appeared after start (a custom kind): it follows the
+    /// store's watch from the current revision on, and is filled with the objects stored at that
+    /// revision (keys changed since are already current). No-op if it exists.
+    pub async fn ensure(&self, store: &dyn Store, prefix: &str) -> Result<(), StoreError> {
+        let (rc, revision) = {
+            let mut map = self.resources.write().unwrap_or_else(|e| e.into_inner());
+            if map.contains_key(prefix) {
+                return Ok(());
+            }
+            let revision = self.revision();
+            let rc = Arc::new(ResourceCache::new(revision));
+            map.insert(prefix.to_string(), rc.clone());
+            (rc, revision)
+        };
+        let res = store
+            .range(
+                prefix,
+                ferry_store::RangeOptions {
+                    revision,
+                    ..Default::default()
+                },
+            )
+            .await;
+        let res = match res {
+            Ok(r) => r,
+            Err(e) => {
+                self.resources
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(prefix);
+                return Err(e);
+            }
+        };
+        let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
+        let touched: std::collections::HashSet<Arc<str>> =
+            st.history.iter().map(|(k, _)| k.clone()).collect();
+        for kv in res.kvs {
+            if touched.contains(kv.key.as_str()) {
+                continue;
+            }
+            if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
+                st.items.insert(kv.key.clone(), obj);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the cache of a resource that is no longer served.
+    pub fn remove(&self, prefix: &str) {
+        self.resources
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(prefix);
     }
 
     /// The last store revision the cache has applied.

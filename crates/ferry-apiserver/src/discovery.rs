@@ -16,7 +16,19 @@ const VERBS: &[&str] = &[
 ];
 
 fn infos() -> Vec<&'static KindInfo> {
-    ferry_api::kinds::all().iter().map(|s| s.info()).collect()
+    let mut v: Vec<&'static KindInfo> = ferry_api::kinds::all().iter().map(|s| s.info()).collect();
+    // The custom kinds of established CRDs, each group's versions in priority order.
+    let mut custom: Vec<&'static KindInfo> = ferry_api::custom::resource::served()
+        .into_iter()
+        .map(|k| ferry_api::kinds::Strategy::info(k))
+        .collect();
+    custom.sort_by(|a, b| {
+        a.group
+            .cmp(b.group)
+            .then(ferry_crd::definition::version_order(a.version, b.version))
+    });
+    v.extend(custom);
+    v
 }
 
 pub fn version() -> Value {

@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod body;
 pub mod cache;
+pub mod crd;
 pub mod discovery;
 pub mod limits;
 pub mod managed;
@@ -162,7 +163,7 @@ pub async fn start(
     let url = format!("{scheme}://{host}:{}", addr.port());
     let server = Arc::new(Server {
         api,
-        openapi: ferry_openapi::OpenApi::build(),
+        openapi: std::sync::RwLock::new(Arc::new(ferry_openapi::OpenApi::build())),
         token: Some(pki.admin_token.clone()),
         ready: false.into(),
         checks: Default::default(),
@@ -214,6 +215,11 @@ pub async fn start(
     }
     let kubeconfig = config.data_dir.join("kubeconfig");
     pki::write_kubeconfig(&kubeconfig, &pki.kubeconfig(&url, !config.plain_http))?;
+    // Custom kinds of the stored CRDs are served from the start.
+    if let Err(e) = crd::sync(&server).await {
+        tracing::warn!("serving the stored CustomResourceDefinitions: {}", e.message);
+    }
+    tokio::spawn(crd::run(server.clone(), shutdown.clone()));
     server.ready.store(true, Ordering::SeqCst);
     Ok(Running {
         addr,

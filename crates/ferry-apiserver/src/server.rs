@@ -25,7 +25,8 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// Everything a request handler needs.
 pub struct Server {
     pub api: Api,
-    pub openapi: ferry_openapi::OpenApi,
+    /// Rebuilt when the served custom kinds change ([`Server::set_openapi`]).
+    pub openapi: std::sync::RwLock<Arc<ferry_openapi::OpenApi>>,
     pub token: Option<String>,
     pub ready: AtomicBool,
     /// Readiness checks besides `ready` (`ferry up` adds one per component).
@@ -89,6 +90,18 @@ fn reply_response(r: Reply) -> Response<Body> {
 }
 
 impl Server {
+    /// The OpenAPI documents now served.
+    pub fn openapi(&self) -> Arc<ferry_openapi::OpenApi> {
+        self.openapi
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_openapi(&self, o: ferry_openapi::OpenApi) {
+        *self.openapi.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(o);
+    }
+
     pub(crate) fn authorized<B>(&self, req: &Request<B>) -> bool {
         let Some(token) = &self.token else {
             return true;
@@ -173,25 +186,26 @@ impl Server {
                 return full(
                     200,
                     "application/json",
-                    Bytes::copy_from_slice(self.openapi.v3_index()),
+                    Bytes::copy_from_slice(self.openapi().v3_index()),
                 );
             }
             (Method::GET, "/openapi/v2") | (Method::GET, "/swagger-2.0.0.pb-v1") => {
+                let openapi = self.openapi();
                 let mut resp = if accept.contains("protobuf") || path.ends_with("pb-v1") {
                     full(
                         200,
                         "application/octet-stream",
-                        Bytes::copy_from_slice(self.openapi.v2_protobuf()),
+                        Bytes::copy_from_slice(openapi.v2_protobuf()),
                     )
                 } else {
                     full(
                         200,
                         "application/json",
-                        Bytes::copy_from_slice(self.openapi.v2_json()),
+                        Bytes::copy_from_slice(openapi.v2_json()),
                     )
                 };
                 if let Ok(v) =
-                    header::HeaderValue::from_str(&format!("\"{}\"", self.openapi.v2_etag()))
+                    header::HeaderValue::from_str(&format!("\"{}\"", openapi.v2_etag()))
                 {
                     resp.headers_mut().insert(header::ETAG, v);
                 }
@@ -202,7 +216,8 @@ impl Server {
         if method == Method::GET
             && let Some(gv) = path.strip_prefix("/openapi/v3/")
         {
-            return match self.openapi.v3_document(gv) {
+            let openapi = self.openapi();
+            return match openapi.v3_document(gv) {
                 Some((doc, hash)) => {
                     let mut resp = full(200, "application/json", Bytes::copy_from_slice(doc));
                     let immutable = query.get("hash") == Some(hash);
@@ -249,6 +264,11 @@ impl Server {
             .api
             .resource(&rp.group, &rp.version, &rp.resource)
             .cloned()
+            .or_else(|| {
+                self.api
+                    .crds
+                    .resource(&rp.group, &rp.version, &rp.resource)
+            })
         else {
             return error_response(&ApiError::not_found_path());
         };

@@ -37,6 +37,10 @@ impl Ctx {
     }
 
     fn encode_cached(&self, kind: &str, o: &CachedObject) -> Bytes {
+        // A custom kind served in another version than stored, or with schema defaults.
+        if let Some(v) = self.res.strategy.on_read(&o.value) {
+            return self.encode(kind, &v);
+        }
         if self.want == Want::Json {
             // Splice the cached bytes: no re-serialisation of the object.
             let mut line = Vec::with_capacity(o.bytes.len() + 32);
@@ -129,7 +133,6 @@ pub async fn watch(
     let rc = api
         .cache
         .resource(&res.prefix)
-        .cloned()
         .ok_or_else(|| ApiError::internal("no cache"))?;
     let ctx = Ctx {
         res: res.clone(),

@@ -885,3 +885,67 @@ mod tests {
         );
     }
 }
+
+/// Kubernetes' version priority (upstream `version.CompareKubeAwareVersionStrings`): GA before
+/// beta before alpha, higher numbers first, other names last in alphabetical order. Discovery
+/// lists a group's versions in this order; the first is the preferred version.
+pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn parse(v: &str) -> Option<(u8, u64, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: u64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((2, major, 0));
+        }
+        let (rank, num) = if let Some(n) = tail.strip_prefix("beta") {
+            (1, n)
+        } else if let Some(n) = tail.strip_prefix("alpha") {
+            (0, n)
+        } else {
+            return None;
+        };
+        Some((rank, major, num.parse().ok()?))
+    }
+    match (parse(a), parse(b)) {
+        (Some(x), Some(y)) => y.cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    #[test]
+    fn kube_aware_order() {
+        let mut v = vec![
+            "v1alpha1",
+            "foo",
+            "v11alpha2",
+            "v1",
+            "v2beta1",
+            "v10",
+            "v1beta2",
+            "v12alpha1",
+            "bar",
+            "v2",
+        ];
+        v.sort_by(|a, b| super::version_order(a, b));
+        assert_eq!(
+            v,
+            vec![
+                "v10",
+                "v2",
+                "v1",
+                "v2beta1",
+                "v1beta2",
+                "v12alpha1",
+                "v11alpha2",
+                "v1alpha1",
+                "bar",
+                "foo"
+            ]
+        );
+    }
+}

@@ -155,10 +155,16 @@ fn build_v2(sources: &Sources) -> V2 {
 }
 
 impl OpenApi {
-    /// Builds every document from [`ferry_api::kinds::all`].
+    /// Builds every document from [`ferry_api::kinds::all`] and the custom kinds served now
+    /// ([`ferry_api::custom::resource::served`]).
     pub fn build() -> OpenApi {
-        let kinds: Vec<&dyn Strategy> =
+        let mut kinds: Vec<&dyn Strategy> =
             ferry_api::kinds::all().iter().map(|b| b.as_ref()).collect();
+        kinds.extend(
+            ferry_api::custom::resource::served()
+                .into_iter()
+                .map(|k| k as &dyn Strategy),
+        );
         OpenApi::for_kinds(&kinds)
     }
 
