@@ -389,3 +389,165 @@ impl Pki {
 pub fn write_kubeconfig(path: &Path, contents: &str) -> Result<()> {
     write_private(path, contents)
 }
+
+/// Issues (or reuses) a client certificate for a component of `ferry up` (`CN` = `user`, one
+/// `O` = `group`) and writes its own kubeconfig, mode 0600, as `data_dir/kubeconfigs/<base>`:
+/// the API server at `server_url`, the cluster CA, and the certificate and key embedded.
+pub fn component_kubeconfig(
+    data_dir: &Path,
+    server_url: &str,
+    base: &str,
+    user: &str,
+    group: Option<&str>,
+) -> Result<PathBuf> {
+    let ca = Ca::load(data_dir)?;
+    let leaf = Leaf::Client {
+        user: user.to_string(),
+        groups: group.map(|g| vec![g.to_string()]).unwrap_or_default(),
+    };
+    let (crt, key) = ca.ensure(&pki_dir(data_dir).join("components"), base, &leaf)?;
+    let b64 = |p: &Path| -> Result<String> {
+        let bytes = fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        Ok(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    let ca_line = if server_url.starts_with("https://") {
+        format!(
+            "    certificate-authority-data: {}\n",
+            base64::engine::general_purpose::STANDARD.encode(ca.cert_pem.as_bytes())
+        )
+    } else {
+        String::new()
+    };
+    let contents = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: ferry\n  cluster:\n    server: {server_url}\n{ca_line}contexts:\n- name: {base}\n  context:\n    cluster: ferry\n    user: {base}\ncurrent-context: {base}\nusers:\n- name: {base}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\npreferences: {{}}\n",
+        b64(&crt)?,
+        b64(&key)?,
+    );
+    let dir = data_dir.join("kubeconfigs");
+    ferry_store::private_fs::ensure_private_dir(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(base);
+    write_private(&path, &contents)?;
+    Ok(path)
+}
+
+/// The kubeconfigs of `ferry up`'s components, each its own identity (see
+/// [`ferry_auth::bootstrap`] for the ClusterRoles bound to them).
+#[derive(Debug, Clone)]
+pub struct ComponentKubeconfigs {
+    /// `system:kube-controller-manager`.
+    pub controllers: PathBuf,
+    /// `system:kube-proxy` (bound to `system:node-proxier`).
+    pub proxy: PathBuf,
+    /// `system:ferry:dns`.
+    pub dns: PathBuf,
+    /// `system:ferry:ingress`.
+    pub ingress: PathBuf,
+    /// `system:ferry:netpol`.
+    pub netpol: PathBuf,
+}
+
+/// Issues (or reuses) the components' client certificates and writes their kubeconfigs. Over
+/// plain HTTP no client certificate can be presented: every component then uses `admin`.
+pub fn component_kubeconfigs(
+    data_dir: &Path,
+    server_url: &str,
+    admin: &Path,
+) -> Result<ComponentKubeconfigs> {
+    use ferry_auth::bootstrap as b;
+    let kc = |base: &str, user: &str| {
+        if server_url.starts_with("http://") {
+            return Ok(admin.to_path_buf());
+        }
+        component_kubeconfig(data_dir, server_url, base, user, None)
+    };
+    Ok(ComponentKubeconfigs {
+        controllers: kc("controllers", b::CONTROLLERS_USER)?,
+        proxy: kc("proxy", b::PROXY_USER)?,
+        dns: kc("dns", b::DNS_USER)?,
+        ingress: kc("ingress", b::INGRESS_USER)?,
+        netpol: kc("netpol", b::NETPOL_USER)?,
+    })
+}
+
+/// The kubeconfig of node `node`'s agent: `system:node:<node>` in group `system:nodes` (`admin`
+/// over plain HTTP).
+pub fn node_kubeconfig(
+    data_dir: &Path,
+    server_url: &str,
+    admin: &Path,
+    node: &str,
+) -> Result<PathBuf> {
+    if server_url.starts_with("http://") {
+        return Ok(admin.to_path_buf());
+    }
+    component_kubeconfig(
+        data_dir,
+        server_url,
+        &format!("node-{node}"),
+        &format!("{}{node}", ferry_auth::bootstrap::NODE_USER_PREFIX),
+        Some(ferry_auth::user::NODES_GROUP),
+    )
+}
+
+#[cfg(test)]
+mod component_tests {
+    use super::*;
+
+    #[test]
+    fn component_kubeconfigs_name_their_identity() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        load_or_create(dir.path(), &[]).expect("pki");
+        let admin = dir.path().join("kubeconfig");
+        let kcs =
+            component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &admin).expect("issue");
+        let node =
+            node_kubeconfig(dir.path(), "https://127.0.0.1:6443", &admin, "n1").expect("node");
+        let table = [
+            (&kcs.controllers, "system:kube-controller-manager", vec![]),
+            (&kcs.proxy, "system:kube-proxy", vec![]),
+            (&kcs.dns, "system:ferry:dns", vec![]),
+            (&kcs.ingress, "system:ferry:ingress", vec![]),
+            (&kcs.netpol, "system:ferry:netpol", vec![]),
+            (&node, "system:node:n1", vec!["system:nodes".to_string()]),
+        ];
+        for (path, user, groups) in table {
+            let mode = fs::metadata(path).expect("file").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+            let text = fs::read_to_string(path).expect("read");
+            assert!(text.contains("certificate-authority-data: "), "{text}");
+            let line = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("client-certificate-data: "))
+                .expect("certificate");
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(line)
+                .expect("base64");
+            let der = CertificateDer::pem_slice_iter(&pem)
+                .next()
+                .expect("one")
+                .expect("pem");
+            let u = crate::auth::certs::user_of_certificate(&der).expect("user");
+            assert_eq!(u.name, user);
+            let got: Vec<String> = u
+                .groups
+                .into_iter()
+                .filter(|g| g != "system:authenticated")
+                .collect();
+            assert_eq!(got, groups);
+        }
+        // Issued once: a second call keeps the same certificate.
+        let before = fs::read_to_string(&kcs.dns).expect("read");
+        component_kubeconfigs(dir.path(), "https://127.0.0.1:6443", &admin).expect("again");
+        assert_eq!(fs::read_to_string(&kcs.dns).expect("read"), before);
+        // Plain HTTP: the admin kubeconfig for everyone.
+        let plain =
+            component_kubeconfigs(dir.path(), "http://127.0.0.1:6443", &admin).expect("plain");
+        assert_eq!(plain.dns, admin);
+        assert_eq!(
+            node_kubeconfig(dir.path(), "http://127.0.0.1:6443", &admin, "n1").expect("node"),
+            admin
+        );
+    }
+}

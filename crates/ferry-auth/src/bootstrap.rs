@@ -22,6 +22,7 @@ pub const CONTROLLERS_USER: &str = "system:kube-controller-manager";
 pub const PROXY_USER: &str = "system:kube-proxy";
 pub const DNS_USER: &str = "system:ferry:dns";
 pub const INGRESS_USER: &str = "system:ferry:ingress";
+pub const NETPOL_USER: &str = "system:ferry:netpol";
 /// Node agents are `system:node:<name>` in group `system:nodes`.
 pub const NODE_USER_PREFIX: &str = "system:node:";
 
@@ -515,6 +516,24 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
                 ),
             ],
         ),
+        role(
+            "system:ferry:netpol",
+            &[],
+            vec![
+                rule(
+                    &["list", "watch"],
+                    &["networking.k8s.io"],
+                    &["networkpolicies"],
+                ),
+                rule(&["list", "watch"], &[""], &["pods", "namespaces", "nodes"]),
+                // Warning Events about policies that cannot be enforced.
+                rule(
+                    &["list", "create", "patch", "update"],
+                    &["", "events.k8s.io"],
+                    &["events"],
+                ),
+            ],
+        ),
     ]
 }
 
@@ -596,6 +615,11 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
             "system:ferry:ingress",
             "system:ferry:ingress",
             vec![subj("User", INGRESS_USER, None)],
+        ),
+        binding(
+            "system:ferry:netpol",
+            "system:ferry:netpol",
+            vec![subj("User", NETPOL_USER, None)],
         ),
     ]
 }
