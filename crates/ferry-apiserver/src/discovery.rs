@@ -139,6 +139,9 @@ pub fn api_resource_list(group: &str, version: &str) -> Value {
         if i.group.is_empty() && i.kind == "Namespace" {
             resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
+        if i.group.is_empty() && i.kind == "Pod" {
+            resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
+        }
         if i.group.is_empty() && i.kind == "ServiceAccount" {
             resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }
@@ -172,6 +175,9 @@ fn aggregated_resource(i: &KindInfo) -> Value {
     }
     if i.group.is_empty() && i.kind == "Namespace" {
         subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
+    }
+    if i.group.is_empty() && i.kind == "Pod" {
+        subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
     }
     if i.group.is_empty() && i.kind == "ServiceAccount" {
         subs.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));

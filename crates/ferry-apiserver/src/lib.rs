@@ -10,6 +10,7 @@ pub mod body;
 pub mod cache;
 pub mod crd;
 pub mod discovery;
+pub mod eviction;
 pub mod limits;
 pub mod managed;
 pub mod objects;

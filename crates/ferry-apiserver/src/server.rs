@@ -340,7 +340,8 @@ impl Server {
             && !(s == "status" && res.info().status_subresource
                 || s == "scale" && res.info().scale_subresource
                 || s == "finalize" && res.info().kind == "Namespace"
-                || s == "binding" && res.info().kind == "Pod" && res.info().group.is_empty())
+                || s == "binding" && res.info().kind == "Pod" && res.info().group.is_empty()
+                || s == "eviction" && res.info().kind == "Pod" && res.info().group.is_empty())
         {
             return Err(ApiError::not_found_path());
         }
@@ -352,7 +353,13 @@ impl Server {
                     api.list(&res, &rp, q, want).await
                 }
             }
-            (&Method::GET, true) if sub != Some("binding") => api.get(&res, &rp, q, want).await,
+            (&Method::GET, true) if !matches!(sub, Some("binding" | "eviction")) => {
+                api.get(&res, &rp, q, want).await
+            }
+            (&Method::POST, true) if sub == Some("eviction") => {
+                let v = crate::body::decode(content_type, &body)?;
+                crate::eviction::evict(api, &rp, q, v).await
+            }
             (&Method::POST, true) if sub == Some("binding") => {
                 let v = crate::body::decode(content_type, &body)?;
                 api.bind_pod(&res, &rp, q, v).await

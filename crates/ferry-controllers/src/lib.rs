@@ -7,6 +7,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod runtime;
 pub mod services;
+pub mod workloads2;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -59,9 +60,10 @@ pub async fn run(
             let a = a.clone();
             let root_ca = root_ca.clone();
             async move {
-                let (s, l, ()) = tokio::join!(
+                let (s, l, (), ()) = tokio::join!(
                     services::run(client.clone(), a.services.clone(), stop.clone()),
                     lifecycle::run(client.clone(), a.lifecycle.clone(), stop.clone()),
+                    workloads2::run(client.clone(), stop.clone()),
                     identity::run(client, root_ca, stop)
                 );
                 s.and(l)

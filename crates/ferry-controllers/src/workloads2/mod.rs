@@ -1,0 +1,15 @@
+//! The workload controllers of issue 16, on the controller runtime ([`crate::runtime`]): each is
+//! a pure planner (`plan(state, now) -> writes`) plus a thin reconciler.
+//!
+//! - [`job`]: Jobs (completions, parallelism, backoff limit, deadline, pod failure policy,
+//!   Indexed mode, `job-tracking` finalizers) and the TTL-after-finished controller.
+
+pub mod common;
+pub mod job;
+
+use tokio_util::sync::CancellationToken;
+
+/// Runs every controller of this module until `stop`.
+pub async fn run(client: kube::Client, stop: CancellationToken) {
+    tokio::join!(job::run(client.clone(), stop.clone()),);
+}
