@@ -816,11 +816,11 @@ impl Api {
             if record_update {
                 crate::managed::record(&mut new, Some(&old), &manager, "Update", subresource, info);
             }
-            // A no-op write changes nothing and keeps the resourceVersion.
-            if objects::without_volatile(&new) == objects::without_volatile(&old)
-                || (objects::without_volatile(&strip_managed_time(&new))
-                    == objects::without_volatile(&strip_managed_time(&old)))
-            {
+            // A no-op write changes nothing and keeps the resourceVersion; only managed-field
+            // timestamps do not count as a change (upstream's managed-fields timestamp
+            // transformer), but a change of the managed fields themselves does (kubectl's
+            // client-side to server-side apply migration patches just those).
+            if unchanged_but_times(&new, &old) {
                 return Ok(Reply::json(200, &old));
             }
             // Removing the last finalizer of an object being deleted deletes it; a pod in
@@ -1531,6 +1531,18 @@ fn cas<T>(r: ferry_store::Result<T>, info: &KindInfo, name: &str) -> Result<Opti
         Err(StoreError::NotFound) => Err(ApiError::not_found(info, name)),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether `new` equals `old` up to the resourceVersion and managed-field timestamps.
+fn unchanged_but_times(new: &Value, old: &Value) -> bool {
+    let plain = |v: &Value| {
+        let mut c = strip_managed_time(v);
+        if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        c
+    };
+    plain(new) == plain(old)
 }
 
 fn strip_managed_time(v: &Value) -> Value {

@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod eviction;
 pub mod limits;
 pub mod managed;
+pub mod metrics;
 pub mod objects;
 pub mod patching;
 pub mod pki;

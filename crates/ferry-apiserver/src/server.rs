@@ -113,7 +113,37 @@ impl Server {
             .is_some_and(|t| crate::secret::token_eq(t.trim().as_bytes(), token.as_bytes()))
     }
 
+    /// Serves one request and records it in the API server's metrics (`/metrics`).
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let info = crate::metrics::classify(
+            req.method().as_str(),
+            req.uri().path(),
+            req.uri().query(),
+            content_type,
+            |rp| {
+                self.api
+                    .resource(&rp.group, &rp.version, &rp.resource)
+                    .is_some()
+            },
+        );
+        let metrics = crate::metrics::global();
+        let _inflight = metrics.start(&info);
+        let long_running = metrics.long_running(&info);
+        let started = std::time::Instant::now();
+        let resp = self.handle_request(req).await;
+        metrics.observe(&info, resp.status().as_u16(), started.elapsed());
+        match long_running {
+            Some(guard) => resp.map(|b| crate::metrics::Guarded::new(b, guard).boxed()),
+            None => resp,
+        }
+    }
+
+    async fn handle_request(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_string();
         let method = req.method().clone();
         let query = default_field_manager(Query::parse(req.uri().query()), &method, req.headers());
@@ -155,6 +185,13 @@ impl Server {
             .unwrap_or("application/json")
             .to_string();
         match (method.clone(), path.as_str()) {
+            (Method::GET, "/metrics") => {
+                return full(
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    crate::metrics::global().render(),
+                );
+            }
             (Method::GET, "/api" | "/api/") => {
                 return match discovery::aggregated_version(&accept) {
                     Some(v) => full(

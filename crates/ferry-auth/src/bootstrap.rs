@@ -152,6 +152,23 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
                 &["/healthz", "/livez", "/readyz", "/version", "/version/"],
             )],
         ),
+        role(
+            "system:monitoring",
+            &[],
+            vec![urls(
+                &["get"],
+                &[
+                    "/healthz",
+                    "/healthz/*",
+                    "/livez",
+                    "/livez/*",
+                    "/readyz",
+                    "/readyz/*",
+                    "/metrics",
+                    "/metrics/slis",
+                ],
+            )],
+        ),
         aggregated("admin", &[], AGGREGATE_TO_ADMIN),
         aggregated("edit", &[(AGGREGATE_TO_ADMIN, "true")], AGGREGATE_TO_EDIT),
         aggregated("view", &[(AGGREGATE_TO_EDIT, "true")], AGGREGATE_TO_VIEW),
@@ -583,6 +600,11 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
                 subj("Group", user::ALL_AUTHENTICATED, None),
                 subj("Group", user::ALL_UNAUTHENTICATED, None),
             ],
+        ),
+        binding(
+            "system:monitoring",
+            "system:monitoring",
+            vec![subj("Group", "system:monitoring", None)],
         ),
         binding(
             "system:kube-dns",
