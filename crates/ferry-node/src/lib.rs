@@ -11,6 +11,7 @@ pub mod cni;
 pub mod dns;
 pub mod envvars;
 pub mod images;
+pub mod logs;
 pub mod hostroutes;
 pub mod netns;
 pub mod network;

@@ -50,6 +50,8 @@ pub struct ContainerInfo {
     pub restart_count: i32,
     pub env: Vec<(String, String)>,
     pub working_dir: Option<String>,
+    /// Its stdout/stderr (stored in the CRI log format) and stdin, for logs and attach.
+    pub io: Option<Arc<crate::logs::ContainerIo>>,
 }
 
 pub struct PodShared {
@@ -1191,30 +1193,44 @@ fn wrap(ctx: &Ctx, argv: &[String], mounts: &[(PathBuf, String, bool)]) -> Vec<S
     v
 }
 
-fn spawn(ctx: &Ctx, p: &Prepared, log: &std::path::Path) -> std::io::Result<tokio::process::Child> {
+/// Starts a container's process; its output goes through the agent into `log` (CRI log
+/// format, created 0600: pod logs may hold secrets), its stdin stays open when the container
+/// asks for one (`stdin: true`, for attach).
+fn spawn(
+    ctx: &Ctx,
+    p: &Prepared,
+    c: &Container,
+    log: &std::path::Path,
+) -> std::io::Result<(tokio::process::Child, Arc<crate::logs::ContainerIo>)> {
     let argv = wrap(ctx, &p.argv, &p.mounts);
     let (prog, rest) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
-    // Pod logs may hold secrets: created 0600.
-    let out = ferry_store::private_fs::private_open_options()
-        .create(true)
-        .append(true)
-        .open(log)?;
-    let err = out.try_clone()?;
+    let want_stdin = c.stdin.unwrap_or(false);
     let mut cmd = tokio::process::Command::new(prog);
     cmd.args(rest)
         .env_clear()
         .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
+        .stdin(if want_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     if let Some(wd) = &p.working_dir {
         cmd.current_dir(wd);
     }
-    let child = cmd.spawn()?;
+    let mut child = cmd.spawn()?;
+    let io = crate::logs::ContainerIo::start(
+        child.stdout.take(),
+        child.stderr.take(),
+        child.stdin.take(),
+        c.stdin_once.unwrap_or(false),
+        log,
+    )?;
     // Remember the process group, so that an agent restarted after a crash can stop what the
     // previous one left running (see `reap_stale`).
     if let Some(pid) = child.id() {
@@ -1223,7 +1239,7 @@ fn spawn(ctx: &Ctx, p: &Prepared, log: &std::path::Path) -> std::io::Result<toki
             let _ = std::fs::write(marker, start.to_string());
         }
     }
-    Ok(child)
+    Ok((child, io))
 }
 
 /// Field 22 of `/proc/<pid>/stat`: the process's start time, which tells a process from a
@@ -1290,7 +1306,7 @@ async fn run_once(
     let p = prepare(ctx, c).await.ok()?;
     let dir = ctx.dirs.logs(&c.name);
     tokio::fs::create_dir_all(&dir).await.ok()?;
-    let mut child = spawn(ctx, &p, &dir.join("0.log")).ok()?;
+    let (mut child, _io) = spawn(ctx, &p, c, &dir.join("0.log")).ok()?;
     loop {
         tokio::select! {
             st = child.wait() => return Some(exit_of(st).0),
@@ -1376,7 +1392,7 @@ async fn container_task(
         let log = log_dir.join(format!("{restart_count}.log"));
         let started = Instant::now();
         let started_at = now();
-        let mut child = match spawn(&ctx, &prepared, &log) {
+        let (mut child, io) = match spawn(&ctx, &prepared, &c, &log) {
             Ok(ch) => ch,
             Err(e) => {
                 let msg = format!("failed to start container {name:?}: {e}");
@@ -1417,6 +1433,7 @@ async fn container_task(
                     restart_count,
                     env: prepared.env.clone(),
                     working_dir: prepared.working_dir.clone(),
+                    io: Some(io),
                 },
             );
         }

@@ -376,6 +376,7 @@ fn flag(pairs: &[(String, String)], k: &str) -> bool {
         .any(|(n, v)| n == k && matches!(v.as_str(), "1" | "true" | "True" | "TRUE" | ""))
 }
 
+#[cfg(test)]
 fn get<'a>(pairs: &'a [(String, String)], k: &str) -> Option<&'a str> {
     pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
@@ -408,6 +409,7 @@ impl Endpoint {
             }
             ["exec", ns, pod, container] => self.exec(req, ns, pod, container, &pairs),
             ["portForward", ns, pod] => self.port_forward(req, ns, pod, &pairs),
+            ["attach", ns, pod, container] => self.attach(req, ns, pod, container, &pairs),
             _ => text(404, "404 page not found"),
         }
     }
@@ -446,11 +448,16 @@ impl Endpoint {
             info.restart_count
         };
         let file = info.log_dir.join(format!("{restart}.log"));
-        let tail = get(q, "tailLines").and_then(|v| v.parse::<usize>().ok());
-        let limit = get(q, "limitBytes").and_then(|v| v.parse::<usize>().ok());
-        let (first, offset) = read_log_window(&file, tail, limit).await;
-        let follow = flag(q, "follow") && !previous;
+        let opts = match crate::logs::options_from_query(q, jiff::Timestamp::now()) {
+            Ok(o) => o,
+            Err(e) => return text(400, e),
+        };
+        let (first, offset) = crate::logs::read_logs(&file, &opts).await;
+        // Following goes on after the first window unless limitBytes was used up.
+        let used_up = opts.limit_bytes.is_some_and(|l| first.len() >= l);
+        let follow = flag(q, "follow") && !previous && !used_up;
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let mut budget = opts.limit_bytes.map(|l| l - first.len().min(l));
         let _ = tx.try_send(Bytes::from(first));
         if follow {
             let shared = shared.clone();
@@ -463,28 +470,47 @@ impl Endpoint {
                     return;
                 }
                 let mut buf = vec![0u8; 16384];
+                let mut carry: Vec<u8> = Vec::new();
+                let mut at_line_start = true;
+                let mut last_round = false;
                 loop {
                     match f.read(&mut buf).await {
                         Ok(0) => {
+                            if last_round {
+                                return;
+                            }
                             let running = shared
                                 .containers
                                 .lock()
                                 .ok()
                                 .and_then(|m| m.get(&container).map(|i| (i.pid, i.restart_count)))
                                 .is_some_and(|(pid, rc)| pid.is_some() && rc == restart);
-                            if !running || tx.is_closed() {
-                                // One last read for what was written before the exit.
-                                if let Ok(n) = f.read(&mut buf).await
-                                    && n > 0
-                                {
-                                    let _ = tx.send(Bytes::copy_from_slice(&buf[..n])).await;
-                                }
+                            if tx.is_closed() {
                                 return;
+                            }
+                            if !running {
+                                // One more pass for what was stored before the exit.
+                                last_round = true;
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                continue;
                             }
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                         Ok(n) => {
-                            if tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                            carry.extend_from_slice(&buf[..n]);
+                            let cut = carry.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                            let mut out = Vec::new();
+                            crate::logs::render(&carry[..cut], &opts, &mut at_line_start, &mut out);
+                            carry.drain(..cut);
+                            if let Some(b) = budget.as_mut() {
+                                out.truncate(*b);
+                                *b -= out.len();
+                            }
+                            let done = budget == Some(0);
+                            if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+                                return;
+                            }
+                            if done {
                                 return;
                             }
                         }
@@ -715,6 +741,101 @@ impl Endpoint {
         spdy_switch(protocol)
     }
 
+    /// `attach` to a running container: SPDY or WebSocket.
+    fn attach(
+        &self,
+        req: Request<Incoming>,
+        ns: &str,
+        pod: &str,
+        container: &str,
+        q: &[(String, String)],
+    ) -> Response<Body> {
+        use crate::streaming::{CommandOptions, REMOTECOMMAND_PROTOCOLS, negotiate};
+        let Some(shared) = self.rt.find(ns, pod) else {
+            return text(404, format!("pod {ns}/{pod} is not running on this node"));
+        };
+        let Some(cio) = shared.containers.lock().ok().and_then(|m| {
+            m.get(container)
+                .filter(|i| i.pid.is_some())
+                .and_then(|i| i.io.clone())
+        }) else {
+            return text(
+                400,
+                format!("container {container} not found or not running in pod {pod}"),
+            );
+        };
+        let opts = CommandOptions {
+            command: Vec::new(),
+            stdin: flag(q, "stdin"),
+            stdout: flag(q, "stdout"),
+            stderr: flag(q, "stderr"),
+            tty: flag(q, "tty"),
+        };
+        if !(opts.stdin || opts.stdout || opts.stderr) {
+            return text(400, "you must specify at least 1 of stdin, stdout, stderr");
+        }
+        match upgrade_of(&req) {
+            Some(Upgrade::Spdy) => {
+                let offered = header_values(&req, "x-stream-protocol-version");
+                let Some(protocol) = negotiate(&offered, REMOTECOMMAND_PROTOCOLS) else {
+                    return text(
+                        403,
+                        format!(
+                            "unable to upgrade: unable to negotiate protocol: client supports {offered:?}"
+                        ),
+                    );
+                };
+                tokio::spawn(async move {
+                    if let Ok(u) = hyper::upgrade::on(req).await {
+                        crate::streaming::serve_spdy_attach(
+                            hyper_util::rt::TokioIo::new(u),
+                            protocol,
+                            opts,
+                            cio,
+                        )
+                        .await;
+                    }
+                });
+                spdy_switch(protocol)
+            }
+            Some(Upgrade::WebSocket) => {
+                let offered = header_values(&req, "sec-websocket-protocol");
+                let Some(protocol) =
+                    negotiate(&offered, &["v5.channel.k8s.io", "v4.channel.k8s.io"])
+                else {
+                    return text(
+                        400,
+                        format!(
+                            "unsupported attach subprotocols {offered:?}: want v5.channel.k8s.io or v4.channel.k8s.io"
+                        ),
+                    );
+                };
+                let Some(key) = req
+                    .headers()
+                    .get(header::SEC_WEBSOCKET_KEY)
+                    .map(|k| k.as_bytes().to_vec())
+                else {
+                    return text(400, "missing Sec-WebSocket-Key");
+                };
+                tokio::spawn(async move {
+                    let Ok(u) = hyper::upgrade::on(req).await else {
+                        return;
+                    };
+                    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                        hyper_util::rt::TokioIo::new(u),
+                        Role::Server,
+                        None,
+                    )
+                    .await;
+                    crate::streaming::serve_ws_attach(ws, protocol.starts_with("v5"), opts, cio)
+                        .await;
+                });
+                ws_switch(&key, protocol)
+            }
+            None => text(400, "attach needs an upgrade to SPDY/3.1 or WebSocket"),
+        }
+    }
+
     /// `portForward`: SPDY, SPDY tunnelled in WebSocket, or WebSocket channels.
     fn port_forward(
         &self,
@@ -821,74 +942,6 @@ fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<Bytes>,
 ) -> impl futures::Stream<Item = Bytes> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// Byte offset where the last `n` lines of `data` start.
-/// The part of a log file a request asks for, reading only that part: the last `tail` lines
-/// (read backwards in chunks from the end), then at most `limit` bytes of them. Returns the
-/// bytes and the file's length (where following continues).
-async fn read_log_window(
-    file: &std::path::Path,
-    tail: Option<usize>,
-    limit: Option<usize>,
-) -> (Vec<u8>, u64) {
-    const CHUNK: u64 = 64 * 1024;
-    let Ok(mut f) = tokio::fs::File::open(file).await else {
-        return (Vec::new(), 0);
-    };
-    let len = f.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let mut start = 0u64;
-    if let Some(n) = tail {
-        // Grow a window back from the end until it holds n complete lines (or the file).
-        let mut from = len;
-        let mut window: Vec<u8> = Vec::new();
-        loop {
-            let next = from.saturating_sub(CHUNK);
-            let mut chunk = vec![0u8; (from - next) as usize];
-            if f.seek(std::io::SeekFrom::Start(next)).await.is_err()
-                || f.read_exact(&mut chunk).await.is_err()
-            {
-                return (Vec::new(), len);
-            }
-            chunk.extend_from_slice(&window);
-            window = chunk;
-            from = next;
-            let off = tail_offset(&window, n);
-            if off > 0 || from == 0 {
-                start = from + off as u64;
-                break;
-            }
-        }
-    }
-    let want = (len - start).min(limit.map_or(u64::MAX, |l| l as u64));
-    let mut out = vec![0u8; want as usize];
-    if f.seek(std::io::SeekFrom::Start(start)).await.is_err()
-        || f.read_exact(&mut out).await.is_err()
-    {
-        return (Vec::new(), len);
-    }
-    (out, len)
-}
-
-pub fn tail_offset(data: &[u8], n: usize) -> usize {
-    if n == 0 {
-        return data.len();
-    }
-    let body = if data.ends_with(b"\n") {
-        &data[..data.len() - 1]
-    } else {
-        data
-    };
-    let mut seen = 0;
-    for (i, b) in body.iter().enumerate().rev() {
-        if *b == b'\n' {
-            seen += 1;
-            if seen == n {
-                return i + 1;
-            }
-        }
-    }
-    0
 }
 
 /// The `Status` sent on the error channel when the command ends.
@@ -1127,28 +1180,6 @@ pub async fn serve(ep: Arc<Endpoint>, listener: TcpListener, stop: CancellationT
 #[cfg(test)]
 mod tests {
 
-    #[tokio::test]
-    async fn log_window_reads_only_the_tail() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("0.log");
-        // 20,000 lines (well over one 64 KiB chunk).
-        let text: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
-        std::fs::write(&path, &text).expect("write");
-        let len = text.len() as u64;
-        let (all, end) = read_log_window(&path, None, None).await;
-        assert_eq!((all.len() as u64, end), (len, len));
-        let (t, _) = read_log_window(&path, Some(2), None).await;
-        assert_eq!(t, b"line 19998\nline 19999\n");
-        let (t, _) = read_log_window(&path, Some(15_000), None).await;
-        assert!(t.starts_with(b"line 5000\n") && t.ends_with(b"line 19999\n"));
-        let (t, _) = read_log_window(&path, Some(50_000), Some(12)).await;
-        assert_eq!(t, b"line 0\nline ");
-        let (t, _) = read_log_window(&path, Some(0), None).await;
-        assert!(t.is_empty());
-        let (t, end) = read_log_window(&dir.path().join("missing.log"), Some(3), None).await;
-        assert!(t.is_empty() && end == 0);
-    }
-
     use super::*;
 
     #[test]
@@ -1166,25 +1197,6 @@ mod tests {
         assert!(flag(&p, "stdout") && flag(&p, "stdin") && !flag(&p, "stderr"));
         assert_eq!(decode("100%"), "100%");
         assert_eq!(decode("%zz"), "%zz");
-    }
-
-    #[test]
-    fn tails() {
-        let d = b"a\nb\nc\n";
-        for (n, want) in [
-            (0, ""),
-            (1, "c\n"),
-            (2, "b\nc\n"),
-            (3, "a\nb\nc\n"),
-            (9, "a\nb\nc\n"),
-        ] {
-            assert_eq!(
-                std::str::from_utf8(&d[tail_offset(d, n)..]).expect("utf8"),
-                want,
-                "{n}"
-            );
-        }
-        assert_eq!(&b"x\ny"[tail_offset(b"x\ny", 1)..], b"y");
     }
 
     fn id(user: &str, groups: &[&str]) -> Identity {

@@ -406,6 +406,196 @@ pub async fn serve_spdy_exec<T>(
     session.shutdown().await;
 }
 
+/// Output of an attached container for one client: (1 = stdout, 2 = stderr, data).
+pub type AttachOut = mpsc::Sender<(u8, Bytes)>;
+
+/// Attaches a client to a running container until the container's output ends or the client
+/// goes: live output to `out` (stderr to stdout with a TTY), the client's stdin to the
+/// container's (closed at the client's end when the container has `stdinOnce`).
+pub async fn attach_core(
+    cio: Arc<crate::logs::ContainerIo>,
+    mut stdin: Option<mpsc::Receiver<Bytes>>,
+    out: AttachOut,
+    want_stdout: bool,
+    want_stderr: bool,
+    tty: bool,
+) {
+    use crate::logs::Stream as S;
+    use tokio::sync::broadcast::error::RecvError;
+    let mut sub = cio.subscribe();
+    let deliver = |(stream, b): (S, Bytes)| -> Option<(u8, Bytes)> {
+        match stream {
+            S::Stdout if want_stdout => Some((1, b)),
+            S::Stderr if tty && want_stdout => Some((1, b)),
+            S::Stderr if want_stderr && !tty => Some((2, b)),
+            _ => None,
+        }
+    };
+    loop {
+        tokio::select! {
+            r = sub.recv() => match r {
+                Ok(m) => {
+                    if let Some(m) = deliver(m)
+                        && out.send(m).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+            b = async {
+                match stdin.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match b {
+                Some(b) => {
+                    let _ = cio.write_stdin(&b).await;
+                }
+                None => {
+                    stdin = None;
+                    if cio.stdin_once {
+                        cio.close_stdin().await;
+                    }
+                }
+            },
+            _ = cio.ended() => {
+                // What was sent before the end.
+                while let Ok(m) = sub.try_recv() {
+                    if let Some(m) = deliver(m)
+                        && out.send(m).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                return;
+            }
+            _ = out.closed() => return,
+        }
+    }
+}
+
+/// Serves one SPDY attach session (kubectl up to 1.29 `attach`/`run -i`).
+pub async fn serve_spdy_attach<T>(
+    io: T,
+    protocol: &'static str,
+    opts: CommandOptions,
+    cio: Arc<crate::logs::ContainerIo>,
+) where
+    T: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (session, mut incoming) = Session::start(io, SpdyRole::Server);
+    let want = expected_streams(protocol, opts.stdin, opts.stdout, opts.stderr, opts.tty);
+    let mut streams = match wait_for_streams(&mut incoming, &want).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!("attach: {e}");
+            session.shutdown().await;
+            return;
+        }
+    };
+    drop(incoming);
+    let Some(error) = streams.remove("error") else {
+        return;
+    };
+    let stdin = streams.remove("stdin").map(|s| s.data);
+    let stdout = streams.remove("stdout").map(|s| s.writer);
+    let stderr = streams.remove("stderr").map(|s| s.writer);
+    if let Some(mut resize) = streams.remove("resize") {
+        tokio::spawn(async move { while resize.data.recv().await.is_some() {} });
+    }
+    let (tx, mut rx) = mpsc::channel::<(u8, Bytes)>(32);
+    let forward = {
+        let (stdout, stderr) = (stdout.clone(), stderr.clone());
+        tokio::spawn(async move {
+            while let Some((ch, b)) = rx.recv().await {
+                let w = if ch == 1 { &stdout } else { &stderr };
+                if let Some(w) = w
+                    && w.write(b).await.is_err()
+                {
+                    return;
+                }
+            }
+        })
+    };
+    let ended = session.clone();
+    tokio::select! {
+        _ = attach_core(cio, stdin, tx, opts.stdout, opts.stderr, opts.tty) => {}
+        _ = ended.ended() => {}
+    }
+    let _ = forward.await;
+    for w in [&stdout, &stderr].into_iter().flatten() {
+        let _ = w.finish().await;
+    }
+    let ok = serde_json::json!({"metadata": {}, "status": "Success"});
+    if let Some(p) = error_stream_payload(protocol, &ok) {
+        let _ = error.writer.write(Bytes::from(p)).await;
+    }
+    let _ = error.writer.finish().await;
+    let _ = tokio::time::timeout(Duration::from_secs(10), session.ended()).await;
+    session.shutdown().await;
+}
+
+/// Serves one WebSocket attach session (`v5.channel.k8s.io`/`v4.channel.k8s.io`: channel 0
+/// stdin, 1 stdout, 2 stderr, 3 the final status, 4 resize, 255 close of a channel in v5).
+pub async fn serve_ws_attach<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    v5: bool,
+    opts: CommandOptions,
+    cio: Arc<crate::logs::ContainerIo>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sink, mut stream) = ws.split();
+    let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(32);
+    let want_stdin = opts.stdin;
+    let reader = tokio::spawn(async move {
+        let mut stdin_tx = Some(stdin_tx);
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(Message::Binary(b)) if !b.is_empty() => match b[0] {
+                    0 => {
+                        if let Some(tx) = stdin_tx.as_ref()
+                            && tx.send(b.slice(1..)).await.is_err()
+                        {
+                            stdin_tx = None;
+                        }
+                    }
+                    255 if v5 && b.get(1) == Some(&0) => stdin_tx = None,
+                    _ => {}
+                },
+                Ok(Message::Close(_)) | Err(_) => break,
+                _ => {}
+            }
+        }
+    });
+    let (tx, mut rx) = mpsc::channel::<(u8, Bytes)>(32);
+    let core = tokio::spawn(attach_core(
+        cio,
+        want_stdin.then_some(stdin_rx),
+        tx,
+        opts.stdout,
+        opts.stderr,
+        opts.tty,
+    ));
+    while let Some((ch, b)) = rx.recv().await {
+        let mut m = Vec::with_capacity(b.len() + 1);
+        m.push(ch);
+        m.extend_from_slice(&b);
+        if sink.send(Message::Binary(Bytes::from(m))).await.is_err() {
+            break;
+        }
+    }
+    let _ = core.await;
+    let mut status = vec![3u8];
+    status.extend(br#"{"metadata":{},"status":"Success"}"#);
+    let _ = sink.send(Message::Binary(Bytes::from(status))).await;
+    let _ = sink.send(crate::server::normal_close()).await;
+    let _ = sink.close().await;
+    reader.abort();
+}
+
 /// Serves one SPDY port-forward session: pairs each data stream with its error stream and
 /// copies bytes between the data stream and a new connection to the pod's port.
 pub async fn serve_spdy_portforward<T>(io: T, target: Target, pod: String)

@@ -1,6 +1,7 @@
-//! Streaming for every kubectl (issue 15): SPDY/3.1 `exec`, `cp` and `port-forward` with
-//! Debian's kubectl 1.20; the machine's kubectl (WebSocket exec, WebSocket-tunnelled SPDY
-//! port-forward); the Python client's WebSocket `portforward`.
+//! Streaming for every kubectl (issue 15): SPDY/3.1 `exec`, `cp`, `port-forward`, `attach`
+//! and `run -i` with Debian's kubectl 1.20; the same with the machine's kubectl (WebSocket
+//! exec/attach, WebSocket-tunnelled SPDY port-forward); `logs --timestamps`, `--tail`,
+//! `--limit-bytes`, `--since`/`--since-time`; the Python client's WebSocket `portforward`.
 
 mod common;
 
@@ -111,6 +112,7 @@ fn exec_cp_and_port_forward_with_every_kubectl() {
 
     for bin in kubectls() {
         let v = if common::is_120(&bin) { "120" } else { "new" };
+        eprintln!("streaming with {bin}");
         // exec: stdout, stderr and the exit code come back separately.
         let out = f.kubectl_with(
             &bin,
@@ -179,7 +181,91 @@ fn exec_cp_and_port_forward_with_every_kubectl() {
         }
         let _ = child.kill();
         let _ = child.wait();
+
+        // attach -i to a container that keeps stdin open: what is typed reaches it, its
+        // output comes back, and the attach ends when the container does.
+        let att = format!("att-{v}");
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {att}\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox\n    stdin: true\n    command: [sh, -c, 'while read l; do echo got $l; [ \"$l\" = quit ] && exit 0; done']\n"
+        );
+        let out = f.k_stdin(&bin, &["apply", "-f", "-"], &manifest);
+        assert!(out.status.success(), "{out:?}");
+        f.k(
+            &bin,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                &format!("pod/{att}"),
+                "--timeout=120s",
+            ],
+        );
+        let out = f.kubectl_with(&bin, &["attach", "-i", &att], Some("a\nquit\n"));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{bin} attach: {out:?}\n{}", f.log());
+        assert!(
+            stdout.contains("got a\ngot quit\n"),
+            "{bin} attach: {stdout:?}"
+        );
+
+        // run -i --rm: the command reads what kubectl sends, its output comes back, and
+        // the pod is deleted afterwards.
+        let rt = format!("rt-{v}");
+        let out = f.kubectl_with(
+            &bin,
+            &[
+                "run",
+                "-i",
+                "--rm",
+                "--restart=Never",
+                "--image=busybox",
+                &rt,
+                "--",
+                "sh",
+                "-c",
+                "read x; echo got $x",
+            ],
+            Some("hello\n"),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{bin} run -i: {out:?}\n{}", f.log());
+        assert!(stdout.contains("got hello"), "{bin} run -i: {stdout:?}");
+        assert!(
+            eventually(60, || !f.kubectl(&["get", "pod", &rt]).status.success()),
+            "{bin}: pod {rt} was not deleted"
+        );
     }
+
+    // logs: real timestamps (the CRI log format), tail, limit and since.
+    let out = f.k("kubectl", &["logs", "talker", "--timestamps"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for (line, want) in lines.iter().zip(["line one", "line two"]) {
+        let (ts, rest) = line.split_once(' ').expect("timestamp");
+        assert_eq!(rest, want);
+        assert!(
+            ts.ends_with('Z') && ts.contains('T') && ts.len() > 20,
+            "{line}"
+        );
+    }
+    assert_eq!(
+        f.k("kubectl", &["logs", "talker", "--tail=1"]),
+        "line two\n"
+    );
+    assert_eq!(
+        f.k("kubectl", &["logs", "talker", "--limit-bytes=6"]),
+        "line o"
+    );
+    assert_eq!(
+        f.k("kubectl", &["logs", "talker", "--since=1h"]),
+        "line one\nline two\n"
+    );
+    // Lines older than sinceTime are skipped: the second line's own time keeps only it.
+    let second = lines[1].split_once(' ').map(|(t, _)| t).expect("ts");
+    let out = f.k(
+        "kubectl",
+        &["logs", "talker", &format!("--since-time={second}")],
+    );
+    assert!(out.ends_with("line two\n"), "{out}");
 
     // The Python client's WebSocket port-forward.
     let out = f.python(
