@@ -481,9 +481,9 @@ fn enforced_on_the_netns_pod_network() {
         );
     }
     // Allow client on the named port: client reaches web, other does not. (Through the
-    // Service's ClusterIP this depends on the proxy: the userspace proxy `ferry up` runs in
-    // netns mode connects from its node's address, which is not the client's; kernel DNAT
-    // keeps the client's address, and the rules see the pod after translation.)
+    // Service's ClusterIP this depends on the proxy: the userspace proxy connects from its
+    // node's address, which is not the client's; kernel DNAT keeps the client's address, and
+    // the rules see the pod after translation: e2e_netpol_matrix shows that case.)
     let out = up.kubectl(&["apply", "-f", "-"], Some(DENY_THEN_ALLOW[1]));
     assert!(out.status.success());
     assert!(eventually(10, || up.probe("client", &pod_url) == "200"));
