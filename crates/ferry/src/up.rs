@@ -262,7 +262,10 @@ pub async fn start_services(
             a.nodes
         );
     }
-    let kubeconfig = running.kubeconfig.clone();
+    // Each component with its own client certificate and least privilege (issue 14).
+    let ids =
+        ferry_apiserver::pki::component_kubeconfigs(&a.data_dir, &running.url, &running.kubeconfig)
+            .context("issuing the components' client certificates")?;
     let service_range = crate::service_range(a, "up");
     let dns_ip =
         kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
@@ -271,7 +274,7 @@ pub async fn start_services(
 
     let cluster_cidr = cluster_cidr(a);
     start_controllers(
-        &kubeconfig,
+        &ids.controllers,
         shutdown,
         &a.controllers_arg,
         &cluster_cidr,
@@ -287,7 +290,7 @@ pub async fn start_services(
         }
     });
     if dns_listen != "off" {
-        start_dns(a, &kubeconfig, shutdown, &dns_listen).await?;
+        start_dns(a, &ids.dns, shutdown, &dns_listen).await?;
     }
     if !root {
         eprintln!(
@@ -299,7 +302,15 @@ pub async fn start_services(
 
     let node_name = a.node_name.clone().unwrap_or_else(ferry_node::host_name);
     let mut agent = ferry_node::AgentArgs::defaults();
-    agent.kubeconfig = Some(kubeconfig.clone());
+    agent.kubeconfig = Some(
+        ferry_apiserver::pki::node_kubeconfig(
+            &a.data_dir,
+            &running.url,
+            &running.kubeconfig,
+            &node_name,
+        )
+        .context("issuing the agent's client certificate")?,
+    );
     agent.node_name = Some(node_name.clone());
     agent.node_ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
     agent.cluster_dns = vec![dns_ip.to_string()];
@@ -324,11 +335,11 @@ pub async fn start_services(
         move || ferry_node::run(agent.clone(), stop.clone().cancelled_owned()),
     );
 
-    start_proxy(&kubeconfig, shutdown, &node_name, &a.proxy_healthz_listen)?;
+    start_proxy(&ids.proxy, shutdown, &node_name, &a.proxy_healthz_listen)?;
     // The loopback pod network cannot isolate pods: every NetworkPolicy gets a Warning Event
     // saying so, and the first one is reported here, once.
     {
-        let kc = kubeconfig.clone();
+        let kc = ids.netpol.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             match ferry_netpol::cli::client(Some(&kc)).await {
@@ -346,7 +357,7 @@ pub async fn start_services(
             }
         });
     }
-    start_ingress(a, running, &kubeconfig, shutdown, root).await;
+    start_ingress(a, running, &ids.ingress, shutdown, root).await;
     eprintln!(
         "ferry up: node {node_name}, Services in {service_range}, pods in {cluster_cidr}, kube-dns {dns_ip}"
     );
@@ -421,12 +432,16 @@ async fn start_netns(
         tokio::spawn(forward(l, running.addr, shutdown.clone()));
     }
     let client = ferry_node::client(Some(&kubeconfig)).await?;
+    // Each component with its own client certificate and least privilege (issue 14).
+    let ids =
+        ferry_apiserver::pki::component_kubeconfigs(&a.data_dir, &running.url, &running.kubeconfig)
+            .context("issuing the components' client certificates")?;
     if let Some(gw) = plan.gateway.first() {
         point_kubernetes_endpoints(&client, *gw, api_port).await;
     }
 
     start_controllers(
-        &kubeconfig,
+        &ids.controllers,
         shutdown,
         &a.controllers_arg,
         &cluster_cidr,
@@ -437,7 +452,8 @@ async fn start_netns(
     // Cluster DNS: one index fed by watches here; each node namespace answers on the kube-dns
     // address from it.
     let dns = if a.listen_dns.as_deref() != Some("off") {
-        Some(dns_index(a, &client, shutdown).await?)
+        let dns_client = ferry_node::client(Some(&ids.dns)).await?;
+        Some(dns_index(a, &dns_client, shutdown).await?)
     } else {
         None
     };
@@ -445,7 +461,15 @@ async fn start_netns(
     for (i, node) in plan.nodes.iter().enumerate() {
         let node_ns = netns::path(&node.netns);
         let mut agent = ferry_node::AgentArgs::defaults();
-        agent.kubeconfig = Some(kubeconfig.clone());
+        agent.kubeconfig = Some(
+            ferry_apiserver::pki::node_kubeconfig(
+                &a.data_dir,
+                &running.url,
+                &running.kubeconfig,
+                &node.name,
+            )
+            .context("issuing the agent's client certificate")?,
+        );
         agent.node_name = Some(node.name.clone());
         agent.node_ip = node.ips[0];
         agent.secondary_node_ip = node.ips[1..].to_vec();
@@ -482,7 +506,7 @@ async fn start_netns(
 
         // The node's service proxy and DNS listeners, inside its namespace. The kube client is
         // made here: its connections to the API server (on loopback) are made by this runtime.
-        let proxy_client = cluster_client(&kubeconfig, &plan, api_port).await?;
+        let proxy_client = cluster_client(&ids.proxy, &plan, api_port).await?;
         let healthz = if a.proxy_healthz_listen == "off" {
             String::new()
         } else {
@@ -518,7 +542,7 @@ async fn start_netns(
         let name = node.name.clone();
         // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
         // namespace, kept in line by watches and one sync loop.
-        let netpol_client = proxy_client.clone();
+        let netpol_client = cluster_client(&ids.netpol, &plan, api_port).await?;
         let netpol_cfg = ferry_netpol::agent::AgentConfig::new(
             node.name.clone(),
             ferry_netpol::apply::Target {

@@ -427,3 +427,171 @@ fn three_identities_with_kubectl() {
         "the deleted ServiceAccount's token is refused"
     );
 }
+
+/// Each component of `ferry up` runs as its own identity with least privilege: its kubeconfig
+/// (mode 0600) names a client certificate of the cluster CA; what it needs works (the cluster
+/// serves a Service through DNS, proxy and controllers without a single 403 in the log), what it
+/// does not need is refused with upstream's message.
+#[test]
+fn components_run_with_their_own_identities() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Ferry::start();
+    let dir = f.dir.path().join("kubeconfigs");
+    // Written as the components start (after the API server is ready).
+    let find_node = || {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .find(|n| n.starts_with("node-"))
+    };
+    assert!(
+        eventually(60, || find_node().is_some()),
+        "no node kubeconfig\n{}",
+        f.log()
+    );
+    let node = find_node().expect("a node kubeconfig");
+    let node_user = format!("system:node:{}", node.trim_start_matches("node-"));
+    let ids = [
+        ("controllers", "system:kube-controller-manager"),
+        ("proxy", "system:kube-proxy"),
+        ("dns", "system:ferry:dns"),
+        ("ingress", "system:ferry:ingress"),
+        ("netpol", "system:ferry:netpol"),
+        (node.as_str(), node_user.as_str()),
+    ];
+    let as_component = |base: &str, args: &[&str]| {
+        let kc = dir.join(base).display().to_string();
+        let mut v = vec!["--kubeconfig", kc.as_str()];
+        v.extend(args);
+        f.kubectl(&v)
+    };
+    for (base, user) in ids {
+        let mode = std::fs::metadata(dir.join(base))
+            .expect("kubeconfig")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{base}");
+        let o = as_component(
+            base,
+            &[
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ],
+        );
+        assert_eq!(out(&o), user, "{base}: {}", err(&o));
+    }
+    // Allowed and refused, per identity: (kubeconfig, kubectl args, allowed, refusal).
+    let forbidden = |user: &str, verb: &str, res: &str, scope: &str| {
+        format!(
+            "is forbidden: User \"{user}\" cannot {verb} resource \"{res}\" in API group \"\" {scope}"
+        )
+    };
+    let cluster = "at the cluster scope";
+    let table: Vec<(&str, Vec<&str>, Option<String>)> = vec![
+        ("dns", vec!["get", "services", "-A"], None),
+        ("dns", vec!["get", "pods", "-A"], None),
+        (
+            "dns",
+            vec!["get", "secrets", "-A"],
+            Some(forbidden("system:ferry:dns", "list", "secrets", cluster)),
+        ),
+        ("proxy", vec!["get", "nodes"], None),
+        ("proxy", vec!["get", "endpointslices", "-A"], None),
+        (
+            "proxy",
+            vec!["get", "secrets", "-A"],
+            Some(forbidden("system:kube-proxy", "list", "secrets", cluster)),
+        ),
+        (
+            "proxy",
+            vec!["get", "pods", "-A"],
+            Some(forbidden("system:kube-proxy", "list", "pods", cluster)),
+        ),
+        ("ingress", vec!["get", "ingresses", "-A"], None),
+        (
+            "ingress",
+            vec!["get", "pods", "-A"],
+            Some(forbidden("system:ferry:ingress", "list", "pods", cluster)),
+        ),
+        ("netpol", vec!["get", "networkpolicies", "-A"], None),
+        (
+            "netpol",
+            vec!["get", "secrets", "-A"],
+            Some(forbidden("system:ferry:netpol", "list", "secrets", cluster)),
+        ),
+        (node.as_str(), vec!["get", "nodes"], None),
+        (
+            node.as_str(),
+            vec!["create", "namespace", "by-node"],
+            Some(forbidden(&node_user, "create", "namespaces", cluster)),
+        ),
+        ("controllers", vec!["get", "secrets", "-A"], None),
+        (
+            "controllers",
+            vec!["create", "clusterrolebinding", "grab", "--clusterrole=cluster-admin", "--user=x"],
+            Some("is forbidden: User \"system:kube-controller-manager\" cannot create resource \"clusterrolebindings\" in API group \"rbac.authorization.k8s.io\" at the cluster scope".into()),
+        ),
+    ];
+    for (base, args, refusal) in table {
+        let o = as_component(base, &args);
+        match refusal {
+            None => assert!(o.status.success(), "{base} {args:?}: {}", err(&o)),
+            Some(msg) => {
+                assert!(!o.status.success(), "{base} {args:?} was allowed");
+                assert!(err(&o).contains(&msg), "{base} {args:?}: {}", err(&o));
+            }
+        }
+    }
+
+    // The components do their work under these identities: a Deployment's pods become
+    // endpoints of its Service (only what the components log from here on is checked).
+    let seen = f.log().len();
+    f.k(
+        "kubectl",
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.k8s.io/serve_hostname",
+            "--port=9376",
+        ],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "expose",
+            "deployment",
+            "web",
+            "--port=80",
+            "--target-port=9376",
+        ],
+    );
+    assert!(
+        eventually(90, || {
+            let o = f.kubectl(&[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                "jsonpath={.items[*].endpoints[*].conditions.ready}",
+            ]);
+            out(&o).contains("true")
+        }),
+        "web never got a ready endpoint\n{}",
+        f.log()
+    );
+    let log = f.log().get(seen..).unwrap_or_default().to_string();
+    assert!(
+        !log.contains("is forbidden: User \"system:"),
+        "a component was refused something it needs:\n{}",
+        log.lines()
+            .filter(|l| l.contains("is forbidden"))
+            .take(10)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
