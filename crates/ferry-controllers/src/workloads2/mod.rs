@@ -3,13 +3,23 @@
 //!
 //! - [`job`]: Jobs (completions, parallelism, backoff limit, deadline, pod failure policy,
 //!   Indexed mode, `job-tracking` finalizers) and the TTL-after-finished controller.
+//! - [`cronjob`]: CronJobs (cron schedules with time zones, concurrency policy, starting
+//!   deadline, history limits, suspend).
+//! - [`statefulset`]: StatefulSets (ordinals, OrderedReady/Parallel, RollingUpdate with
+//!   partition, OnDelete, ControllerRevisions, status).
 
 pub mod common;
+pub mod cronjob;
 pub mod job;
+pub mod statefulset;
 
 use tokio_util::sync::CancellationToken;
 
 /// Runs every controller of this module until `stop`.
 pub async fn run(client: kube::Client, stop: CancellationToken) {
-    tokio::join!(job::run(client.clone(), stop.clone()),);
+    tokio::join!(
+        job::run(client.clone(), stop.clone()),
+        cronjob::run(client.clone(), stop.clone()),
+        statefulset::run(client.clone(), stop.clone()),
+    );
 }
