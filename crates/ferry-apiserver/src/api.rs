@@ -1130,6 +1130,21 @@ impl Api {
             .trim()
             .to_string();
         let is_apply = ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor";
+        // Custom resources have no patch strategies: upstream refuses strategic merge patches.
+        if ct == "application/strategic-merge-patch+json"
+            && self
+                .crds
+                .resource(info.group, info.version, info.plural)
+                .is_some()
+        {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {ct})"
+                ),
+            ));
+        }
         let patch: Value = if is_apply {
             crate::body::parse_yaml_or_json(body)?
         } else {

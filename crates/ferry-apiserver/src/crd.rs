@@ -9,7 +9,8 @@
 //!   OpenAPI follow;
 //! * deletion: a CRD being deleted is `Terminating`; its custom objects are deleted (honouring
 //!   their finalizers), then the `customresourcecleanup.apiextensions.k8s.io` finalizer is removed
-//!   and the CRD goes.
+//!   and the CRD goes. Namespaced custom objects of a terminating (or gone) namespace are deleted
+//!   too.
 //!
 //! The decisions (names, conditions, schema logic) are pure functions of `ferry-crd`; this module
 //! feeds them from the watch cache and writes their results through the REST layer.
@@ -204,6 +205,16 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
         }
     }
 
+    // Custom objects of a namespace that is terminating or gone are deleted here: the namespace
+    // controller discovers its resources once, before custom kinds may exist.
+    for res in api.crds.all() {
+        if res.info().namespaced
+            && res.info().version == storage_version(&defs, res.info().group, res.info().plural)
+        {
+            delete_orphaned(server, &res).await;
+        }
+    }
+
     // Deletion: objects first, then the finalizer.
     for crd in crds
         .iter()
@@ -231,6 +242,63 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
         }
     }
     Ok(changed)
+}
+
+/// The storage version of the custom resource `plural.group` (one resource per kind is enough
+/// to reach its objects: every version shares the store prefix).
+fn storage_version<'a>(defs: &'a [Definition], group: &str, plural: &str) -> &'a str {
+    defs.iter()
+        .find(|d| d.group == group && d.plural == plural)
+        .and_then(|d| d.storage_version())
+        .map(|v| v.name.as_str())
+        .unwrap_or("")
+}
+
+/// Deletes the objects of a namespaced custom resource whose namespace is terminating or gone.
+async fn delete_orphaned(server: &Server, res: &Arc<Resource>) {
+    let api = &server.api;
+    let (Some(rc), Some(ns_rc)) = (
+        api.cache.resource(&res.prefix),
+        api.cache.resource("/registry/namespaces/"),
+    ) else {
+        return;
+    };
+    let q = Query::default();
+    for o in rc.list(&res.prefix) {
+        if deleting(&o.value) {
+            continue;
+        }
+        let ns = o
+            .value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let gone = match ns_rc.get(&format!("/registry/namespaces/{ns}")) {
+            None => true,
+            Some(n) => deleting(&n.value),
+        };
+        if !gone {
+            continue;
+        }
+        let p = ResourcePath {
+            group: res.info().group.to_string(),
+            version: res.info().version.to_string(),
+            namespace: Some(ns.to_string()),
+            resource: res.info().plural.to_string(),
+            name: Some(name_of(&o.value).to_string()),
+            subresource: None,
+        };
+        if let Err(e) = api.delete(res, &p, &q, None).await
+            && e.code != 404
+        {
+            tracing::debug!(
+                "deleting {} {ns}/{}: {}",
+                res.info().kind,
+                name_of(&o.value),
+                e.message
+            );
+        }
+    }
 }
 
 /// Deletes every object of a custom resource that is not being deleted yet; returns how many

@@ -34,7 +34,7 @@ fn v3_operation(op: &Operation) -> Value {
     }
     if let Some(body) = &op.body {
         let types: &[&str] = if matches!(body, Body::Patch) {
-            PATCH_TYPES
+            patch_types(op)
         } else {
             &["*/*"]
         };
@@ -110,12 +110,30 @@ fn v2_ref(name: &str) -> Value {
     json!({"$ref": format!("{V2_REF}{name}")})
 }
 
+/// The patch types of an operation: custom kinds have no strategic merge patch (kubectl then
+/// falls back to JSON merge patch for client-side apply, as against kube-apiserver).
+fn patch_types(op: &Operation) -> &'static [&'static str] {
+    let custom = op.gvk.as_ref().is_some_and(|g| {
+        let av = if g.group.is_empty() {
+            g.version.clone()
+        } else {
+            format!("{}/{}", g.group, g.version)
+        };
+        ferry_api::custom::resource::by_kind(&av, &g.kind).is_some()
+    });
+    if custom {
+        &PATCH_TYPES[..3]
+    } else {
+        PATCH_TYPES
+    }
+}
+
 fn v2_operation(op: &Operation) -> Value {
     let mut m = Map::new();
     m.insert("description".into(), op.description.clone().into());
     if let Some(body) = &op.body {
         let types: &[&str] = if matches!(body, Body::Patch) {
-            PATCH_TYPES
+            patch_types(op)
         } else {
             &["*/*"]
         };
