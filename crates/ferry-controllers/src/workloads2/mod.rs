@@ -5,11 +5,14 @@
 //!   Indexed mode, `job-tracking` finalizers) and the TTL-after-finished controller.
 //! - [`cronjob`]: CronJobs (cron schedules with time zones, concurrency policy, starting
 //!   deadline, history limits, suspend).
+//! - [`daemonset`]: DaemonSets (one pod per eligible node: nodeSelector, node affinity,
+//!   taints and the default daemon tolerations; RollingUpdate with maxUnavailable/maxSurge).
 //! - [`statefulset`]: StatefulSets (ordinals, OrderedReady/Parallel, RollingUpdate with
 //!   partition, OnDelete, ControllerRevisions, status).
 
 pub mod common;
 pub mod cronjob;
+pub mod daemonset;
 pub mod job;
 pub mod statefulset;
 
@@ -21,5 +24,6 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
         job::run(client.clone(), stop.clone()),
         cronjob::run(client.clone(), stop.clone()),
         statefulset::run(client.clone(), stop.clone()),
+        daemonset::run(client.clone(), stop.clone()),
     );
 }
