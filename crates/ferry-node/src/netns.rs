@@ -246,9 +246,18 @@ pub struct ClusterPlan {
     pub gateway: Vec<IpAddr>,
     pub node_subnet: Vec<IpNet>,
     pub nodes: Vec<NodePlan>,
-    /// Ranges every node answers on locally (Service CIDRs, load-balancer pool): the userspace
-    /// proxy binds addresses inside them.
+    /// Ranges every node answers on (Service CIDRs, load-balancer pool), routed to the first
+    /// node from the cluster namespace.
     pub local_ranges: Vec<IpNet>,
+    /// Whether the node namespaces hold `local_ranges` as local routes on `lo`: the userspace
+    /// proxy binds addresses inside them. The kernel proxy modes DNAT them instead, which a
+    /// local route would bypass (the default route carries them to the output hook).
+    #[serde(default = "yes")]
+    pub node_local_routes: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The IPv4 and IPv6 subnets of the cluster network (between node namespaces).
@@ -289,6 +298,7 @@ impl ClusterPlan {
             node_subnet: subnets,
             nodes,
             local_ranges,
+            node_local_routes: true,
         }
     }
 
@@ -337,8 +347,10 @@ impl ClusterPlan {
             let default = if gw.is_ipv6() { "::/0" } else { "0.0.0.0/0" };
             s += &format!("route add {default} via {gw}\n");
         }
-        for r in &self.local_ranges {
-            s += &format!("route add local {r} dev lo\n");
+        if self.node_local_routes {
+            for r in &self.local_ranges {
+                s += &format!("route add local {r} dev lo\n");
+            }
         }
         s
     }
@@ -509,6 +521,24 @@ mod tests {
             "route replace 10.244.1.0/24 via 198.18.0.12\nroute replace fd00:10:244:1::/64 via fd00:198:18::c\n"
         );
         assert_eq!(p.pod_route_script("other", &[]), "");
+        // Kernel proxy modes: no local Service routes in the nodes; the cluster namespace
+        // still sends the ranges to the first node.
+        let mut k = p.clone();
+        k.node_local_routes = false;
+        let n = k.node_script(&k.nodes[1]);
+        assert!(!n.contains("route add local"), "{n}");
+        assert!(n.contains("route add 0.0.0.0/0 via 198.18.0.1\n"), "{n}");
+        assert!(
+            k.cluster_script()
+                .contains("route replace 10.96.0.0/16 via 198.18.0.11\n")
+        );
+        let old: ClusterPlan = serde_json::from_value({
+            let mut v = serde_json::to_value(&p).expect("json");
+            v.as_object_mut().expect("object").remove("node_local_routes");
+            v
+        })
+        .expect("a plan recorded before the field existed");
+        assert!(old.node_local_routes);
     }
 
     #[test]

@@ -148,6 +148,12 @@ pub(crate) struct ServerArgs {
     /// `ferry up` only: the node's name (default: the host name).
     #[arg(long)]
     node_name: Option<String>,
+    /// `ferry up` only: the service proxy of every node: `nftables` (Ferry's own table in each
+    /// node namespace; the default of the netns pod network), `iptables` (kube-proxy's chains
+    /// through iptables-restore, netns pod network only) or `userspace` (the default, and the
+    /// only mode, of the loopback pod network).
+    #[arg(long, value_parser = ["nftables", "iptables", "userspace"])]
+    proxy_mode: Option<String>,
     /// `ferry up` only: the proxy's /healthz address; `off` disables it.
     #[arg(long, default_value = "127.0.0.1:10256")]
     proxy_healthz_listen: String,

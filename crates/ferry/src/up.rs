@@ -103,6 +103,26 @@ pub fn pod_network_mode(a: &ServerArgs) -> PodNetworkMode {
     }
 }
 
+/// The service proxy mode of `ferry up`: `--proxy-mode`, else nftables on the netns pod network
+/// and userspace on the loopback one. The kernel modes only ever write into node namespaces, so
+/// the loopback network (the machine's own namespace) refuses them.
+pub fn proxy_mode(a: &ServerArgs, net: PodNetworkMode) -> Result<ferry_proxy::ProxyMode> {
+    use ferry_proxy::ProxyMode;
+    let mode = match (a.proxy_mode.as_deref(), net) {
+        (None, PodNetworkMode::Netns) | (Some("nftables"), _) => ProxyMode::Nftables,
+        (Some("iptables"), _) => ProxyMode::Iptables,
+        _ => ProxyMode::Userspace,
+    };
+    if net == PodNetworkMode::Loopback && mode != ProxyMode::Userspace {
+        anyhow::bail!(
+            "--proxy-mode {} needs the netns pod network (run as root): the loopback pod \
+             network shares the machine's namespace, whose rules Ferry never changes",
+            a.proxy_mode.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(mode)
+}
+
 /// The Service range `ferry up` uses when none is given.
 pub fn default_service_range(a: &ServerArgs) -> &'static str {
     match pod_network_mode(a) {
@@ -262,6 +282,7 @@ pub async fn start_services(
             a.nodes
         );
     }
+    proxy_mode(a, PodNetworkMode::Loopback)?;
     // Each component with its own client certificate and least privilege (issue 14).
     let ids =
         ferry_apiserver::pki::component_kubeconfigs(&a.data_dir, &running.url, &running.kubeconfig)
@@ -406,7 +427,12 @@ async fn start_netns(
     if let Ok(lb) = NETNS_LOADBALANCER_NET.parse() {
         local.push(lb);
     }
-    let plan = netns::ClusterPlan::new(&prefix, &names, local);
+    let mode = proxy_mode(a, PodNetworkMode::Netns)?;
+    let kernel_proxy = mode != ferry_proxy::ProxyMode::Userspace;
+    let mut plan = netns::ClusterPlan::new(&prefix, &names, local);
+    // The userspace proxy binds Service addresses, so they are local in every node; the kernel
+    // modes DNAT them on their way out (the default route) or through (from pods).
+    plan.node_local_routes = !kernel_proxy;
     let mut services = Services {
         plan: Some(plan.clone()),
         data_dir: a.data_dir.clone(),
@@ -438,6 +464,26 @@ async fn start_netns(
             .context("issuing the components' client certificates")?;
     if let Some(gw) = plan.gateway.first() {
         point_kubernetes_endpoints(&client, *gw, api_port).await;
+    }
+    // kube-dns: with a kernel proxy, a Service whose endpoints are the DNS listeners on the
+    // node addresses (as CoreDNS pods would be); with the userspace proxy, the DNS servers
+    // answer on the Service address itself and the Service has no endpoints.
+    let dns_on = |n: &netns::NodePlan| {
+        n.ips
+            .iter()
+            .copied()
+            .find(|i| i.is_ipv4() == dns_ip.is_ipv4())
+    };
+    let dns_endpoints: Vec<(IpAddr, String)> = if kernel_proxy {
+        plan.nodes
+            .iter()
+            .filter_map(|n| dns_on(n).map(|ip| (ip, n.name.clone())))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    if a.listen_dns.as_deref() != Some("off") {
+        point_kube_dns_endpoints(&client, &dns_endpoints).await;
     }
 
     start_controllers(
@@ -525,6 +571,10 @@ async fn start_netns(
                 node.name.clone(),
                 "--node-ip".into(),
                 ips.join(","),
+                format!("--proxy-mode={}", mode_name(mode)),
+                format!("--cluster-cidr={cluster_cidr}"),
+                // Rules are written in the node's namespace, named explicitly.
+                format!("--apply-in-netns={}", node.netns),
                 format!("--healthz-bind-address={healthz}"),
                 // The process's proxy budget, shared by the nodes' proxies.
                 format!(
@@ -538,7 +588,14 @@ async fn start_netns(
         let stop = shutdown.clone();
         let dns = dns.clone();
         let nodes = plan.nodes.len().max(1);
-        let dns_listen = std::net::SocketAddr::new(dns_ip, 53);
+        let dns_listen = std::net::SocketAddr::new(
+            if kernel_proxy {
+                dns_on(node).unwrap_or(dns_ip)
+            } else {
+                dns_ip
+            },
+            53,
+        );
         let name = node.name.clone();
         // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
         // namespace, kept in line by watches and one sync loop.
@@ -585,7 +642,20 @@ async fn start_netns(
             },
         )?);
     }
-    eprintln!("ferry up: cluster DNS on {dns_ip}:53 in every node namespace (UDP and TCP)");
+    if kernel_proxy {
+        eprintln!(
+            "ferry up: service proxy {} in every node namespace; cluster DNS (kube-dns {dns_ip}:53) \
+             served on the node addresses: {}",
+            mode_name(mode),
+            dns_endpoints
+                .iter()
+                .map(|(ip, _)| format!("{}:53", bracket(*ip)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    } else {
+        eprintln!("ferry up: cluster DNS on {dns_ip}:53 in every node namespace (UDP and TCP)");
+    }
     eprintln!(
         "ferry up: pod network netns: nodes {} ({}), Services in {service_range}, pods in {cluster_cidr}, \
          kube-dns {dns_ip}, API server for pods on {}:{api_port}; `ferry exec-net --data-dir {} -- CMD` \
@@ -734,6 +804,61 @@ async fn point_kubernetes_endpoints(client: &kube::Client, ip: IpAddr, port: u16
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     tracing::warn!("could not point the kubernetes Endpoints at {ip}:{port}");
+}
+
+/// The `kube-system/kube-dns` Endpoints (mirrored into an EndpointSlice by the controllers):
+/// the DNS listeners of the nodes, or none (the object is deleted) when the DNS servers answer
+/// on the Service address themselves.
+async fn point_kube_dns_endpoints(client: &kube::Client, eps: &[(IpAddr, String)]) {
+    use k8s_openapi::api::core::v1::Endpoints;
+    let api: kube::Api<Endpoints> = kube::Api::namespaced(client.clone(), "kube-system");
+    if eps.is_empty() {
+        match api.delete("kube-dns", &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => tracing::warn!("removing the kube-dns Endpoints: {e}"),
+        }
+        return;
+    }
+    let addresses: Vec<serde_json::Value> = eps
+        .iter()
+        .map(|(ip, node)| json!({"ip": ip.to_string(), "nodeName": node}))
+        .collect();
+    let body = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns"}},
+        "subsets": [{"addresses": addresses,
+                     "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                               {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}],
+    });
+    let pp = kube::api::PatchParams::default();
+    for _ in 0..20 {
+        match api
+            .patch("kube-dns", &pp, &kube::api::Patch::Merge(&body))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                if let Ok(ep) = serde_json::from_value::<Endpoints>(body.clone())
+                    && api.create(&Default::default(), &ep).await.is_ok()
+                {
+                    return;
+                }
+            }
+            Err(e) => tracing::debug!("kube-dns Endpoints: {e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tracing::warn!("could not point the kube-dns Endpoints at the nodes' DNS listeners");
+}
+
+fn mode_name(m: ferry_proxy::ProxyMode) -> &'static str {
+    match m {
+        ferry_proxy::ProxyMode::Userspace => "userspace",
+        ferry_proxy::ProxyMode::Nftables => "nftables",
+        ferry_proxy::ProxyMode::Iptables => "iptables",
+    }
 }
 
 fn bracket(ip: IpAddr) -> String {

@@ -326,6 +326,8 @@ pub enum Rule {
     RejectTcpReset,
     /// `reject` (ICMP / ICMPv6 port unreachable)
     Reject,
+    /// `drop`
+    Drop,
 }
 
 fn cidr_list(cidrs: &[IpNet]) -> String {
@@ -421,6 +423,7 @@ impl Rule {
             Rule::Masquerade => "masquerade fully-random".into(),
             Rule::RejectTcpReset => "meta l4proto tcp reject with tcp reset".into(),
             Rule::Reject => "reject".into(),
+            Rule::Drop => "drop".into(),
         }
     }
 }
@@ -913,6 +916,42 @@ impl Builder<'_> {
                 rules.push(Rule::MarkMasq);
             }
             rules.push(Rule::Goto(ext_pool.clone()));
+            self.rs
+                .chains
+                .insert(entry_ext.clone(), Chain { hook: None, rules });
+            for (ip, _) in &sp.externals {
+                self.claim(
+                    &svc_map(f),
+                    Key::Frontend(*ip, proto, sp.port),
+                    Verdict::Goto(entry_ext.clone()),
+                );
+            }
+            if let Some(np) = sp.node_port {
+                self.claim(
+                    &np_map(f),
+                    Key::Port(proto, np),
+                    Verdict::Goto(entry_ext.clone()),
+                );
+            }
+        } else if sp.external_local
+            && sp.external == Target::Drop
+            && matches!(sp.internal, Target::Pool(_))
+        {
+            // No local endpoint for external traffic, but the Service has endpoints: pods and
+            // node-local clients are still short-circuited to the cluster endpoints (as
+            // upstream's external chain does before its filter drops the rest); others drop.
+            let mut rules = Vec::new();
+            let cidrs = self.pod_cidrs(f);
+            if !cidrs.is_empty() {
+                rules.push(Rule::GotoIfFrom {
+                    fam: f,
+                    cidrs,
+                    chain: int_pool.clone(),
+                });
+            }
+            rules.push(Rule::MarkMasqIfLocalSource);
+            rules.push(Rule::GotoIfLocalSource(int_pool.clone()));
+            rules.push(Rule::Drop);
             self.rs
                 .chains
                 .insert(entry_ext.clone(), Chain { hook: None, rules });

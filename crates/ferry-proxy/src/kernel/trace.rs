@@ -310,6 +310,10 @@ impl Tracer<'_> {
                     hit(steps, "reject");
                     return vec![(End::Reject(false), prob)];
                 }
+                Rule::Drop => {
+                    hit(steps, "drop");
+                    return vec![(End::Drop, prob)];
+                }
                 // Postrouting rules are evaluated in `trace` itself.
                 Rule::HairpinMasq { .. }
                 | Rule::ReturnUnmarked

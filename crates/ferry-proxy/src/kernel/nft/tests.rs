@@ -252,6 +252,16 @@ fn external_policy_local() {
     assert_eq!(t.outcomes, vec![Outcome::Drop], "{t}");
     let t = tr(&rs, "10.244.2.9", "10.96.0.11", 80, Proto::Tcp);
     assert_eq!(endpoints(&t).len(), 3);
+    // ... but pods and the node itself are still short-circuited to the cluster endpoints
+    // (upstream's external chain runs before its filter drops the rest).
+    let t = tr(&rs, "10.244.2.9", "198.18.0.70", 80, Proto::Tcp);
+    assert_eq!(endpoints(&t).len(), 3, "{t}");
+    let t = tr(&rs, "192.0.2.10", "192.0.2.10", 30081, Proto::Tcp);
+    let e = endpoints(&t);
+    assert_eq!(e.len(), 3, "{t}");
+    assert!(e.iter().all(|(_, _, m)| *m), "{t}");
+    let t = tr(&rs, "198.19.0.1", "198.18.0.70", 80, Proto::Tcp);
+    assert_eq!(t.outcomes, vec![Outcome::Drop], "{t}");
 }
 
 #[test]
