@@ -126,6 +126,15 @@ pub trait Strategy: Send + Sync {
     fn on_read(&self, _value: &Value) -> Option<Value> {
         None
     }
+    /// The object as stored, when a write must be stored in another form than it is served
+    /// in (`events.k8s.io/v1` Events are stored as `core/v1`). `None`: as served.
+    fn to_storage(&self, _value: &Value) -> Option<Value> {
+        None
+    }
+    /// The (group, plural) whose store this kind shares, when not its own.
+    fn store_as(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
     /// The JSONPaths of a custom kind's `/scale`: spec replicas, status replicas and label
     /// selector. `None`: the built-in `spec.replicas` / `status.replicas` / `spec.selector`.
     fn scale_paths(&self) -> Option<(&str, &str, Option<&str>)> {
@@ -443,12 +452,17 @@ fn build() -> Vec<Box<dyn Strategy>> {
         generation: false, delete_returns_object: false, scale: false,
         prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
     });
-    register!(v, events::Event, events_event, {
+    let mut ev: Vec<Box<dyn Strategy>> = Vec::new();
+    register!(ev, events::Event, events_event, {
         group: "events.k8s.io", version: "v1", kind: "Event", plural: "events", singular: "event",
         namespaced: true, short: &["ev"], categories: &[], status: false, status_on_create: Keep,
         generation: false, delete_returns_object: false, scale: false,
         prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
     });
+    // Served from the core Events' store, as upstream.
+    for inner in ev {
+        v.push(Box::new(crate::event_convert::StoredAsCore { inner }));
+    }
     // Ferry's own kinds carry their strategy functions in their module.
     v.push(Box::new(crate::custom::cluster_cidr_config::strategy()));
     v.push(Box::new(crate::rbac::cluster_role_binding_strategy()));

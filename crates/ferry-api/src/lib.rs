@@ -6,6 +6,7 @@ pub mod custom;
 pub mod decode;
 pub mod defaults;
 pub mod errors;
+pub mod event_convert;
 pub mod hooks;
 pub mod kinds;
 pub mod names;

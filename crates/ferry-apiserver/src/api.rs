@@ -43,6 +43,16 @@ impl Resource {
     }
 }
 
+/// The store prefix of a built-in kind: its own, or the one of the kind it shares a store with
+/// (`events.k8s.io` Events live under the core Events' keys, as upstream).
+pub fn kind_prefix(s: &dyn ferry_api::kinds::Strategy) -> String {
+    match s.store_as() {
+        Some(("", plural)) => format!("/registry/{plural}/"),
+        Some((group, plural)) => format!("/registry/{group}/{plural}/"),
+        None => store_prefix(s.info()),
+    }
+}
+
 pub fn store_prefix(info: &KindInfo) -> String {
     if info.group.is_empty() {
         format!("/registry/{}/", info.plural)
@@ -179,7 +189,7 @@ impl Api {
                 ),
                 Arc::new(Resource {
                     strategy: s.as_ref(),
-                    prefix: store_prefix(info),
+                    prefix: kind_prefix(s.as_ref()),
                 }),
             );
         }
@@ -210,10 +220,13 @@ impl Api {
     }
 
     pub fn all_prefixes() -> Vec<String> {
-        ferry_api::kinds::all()
+        let mut prefixes: Vec<String> = ferry_api::kinds::all()
             .iter()
-            .map(|s| store_prefix(s.info()))
-            .collect()
+            .map(|s| kind_prefix(s.as_ref()))
+            .collect();
+        prefixes.sort();
+        prefixes.dedup();
+        prefixes
     }
 
     fn rc(&self, res: &Resource) -> Result<Arc<ResourceCache>, ApiError> {
@@ -636,7 +649,8 @@ impl Api {
             }
             return Ok(Reply::json(201, &obj).with_warnings(warnings));
         }
-        let bytes = match serde_json::to_vec(&obj) {
+        let stored = res.strategy.to_storage(&obj);
+        let bytes = match serde_json::to_vec(stored.as_ref().unwrap_or(&obj)) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
                 if let Some(t) = txn {
@@ -869,7 +883,8 @@ impl Api {
                 set_resource_version(&mut new, kv.mod_revision);
                 return Ok(Reply::json(200, &new));
             }
-            let result = match serde_json::to_vec(&new) {
+            let stored = res.strategy.to_storage(&new);
+            let result = match serde_json::to_vec(stored.as_ref().unwrap_or(&new)) {
                 Ok(b) => {
                     self.store
                         .update(&key, Bytes::from(b), kv.mod_revision)
@@ -925,6 +940,18 @@ impl Api {
     // ----- delete -----
 
     pub async fn delete(
+        &self,
+        res: &Resource,
+        p: &ResourcePath,
+        q: &Query,
+        body: Option<Value>,
+    ) -> ApiResult {
+        let reply = self.delete_stored(res, p, q, body).await?;
+        Ok(served_reply(res, reply))
+    }
+
+    /// [`Api::delete`] answering with the object as stored.
+    async fn delete_stored(
         &self,
         res: &Resource,
         p: &ResourcePath,
@@ -1680,6 +1707,30 @@ fn object_key(res: &Resource, v: &Value) -> String {
         format!("{}/{}", objects::namespace(v), objects::name(v))
     } else {
         objects::name(v).to_string()
+    }
+}
+
+/// A reply carrying a stored object (not a `Status`) as the kind serves it.
+fn served_reply(res: &Resource, reply: Reply) -> Reply {
+    let Reply::Json {
+        code,
+        body,
+        content_type,
+        warnings,
+    } = reply
+    else {
+        return reply;
+    };
+    let converted = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .filter(|v| v.get("kind").and_then(Value::as_str) != Some("Status"))
+        .and_then(|v| res.strategy.on_read(&v))
+        .and_then(|v| serde_json::to_vec(&v).ok());
+    Reply::Json {
+        code,
+        body: converted.map(Bytes::from).unwrap_or(body),
+        content_type,
+        warnings,
     }
 }
 

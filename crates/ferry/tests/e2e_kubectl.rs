@@ -589,3 +589,106 @@ fn service_topology_keys_are_served() {
     let ex = f.k("kubectl", &["explain", "service.spec.topologyKeys"]);
     assert!(ex.contains("topologyKeys"), "{ex}");
 }
+
+/// core/v1 and events.k8s.io/v1 Events are one store, as upstream: an Event written through
+/// either API is read through both, converted (`message` ↔ `note`, `involvedObject` ↔
+/// `regarding`, ...), and field selectors of each API work on it.
+#[test]
+fn events_are_one_store_served_through_both_apis() {
+    let f = Ferry::start();
+    let bin = kubectls().into_iter().next().expect("kubectl");
+    let new_style = r#"{"apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "ev-new", "namespace": "default"},
+        "eventTime": "2026-11-24T05:00:00.000000Z", "reportingController": "ferry.dev/e2e",
+        "reportingInstance": "e2e-1", "action": "Testing", "reason": "Checked",
+        "note": "written as events.k8s.io", "type": "Normal",
+        "regarding": {"kind": "Pod", "name": "web-1", "namespace": "default", "apiVersion": "v1"}}"#;
+    let out = f.k_stdin(&bin, &["create", "-f", "-"], new_style);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let old_style = r#"{"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "ev-old", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "web-2", "namespace": "default"},
+        "reason": "Started", "message": "written as core", "type": "Normal",
+        "source": {"component": "e2e"}, "count": 2,
+        "firstTimestamp": "2026-11-24T05:00:00Z", "lastTimestamp": "2026-11-24T05:01:00Z"}"#;
+    let out = f.k_stdin(&bin, &["create", "-f", "-"], old_style);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let core = json(&f.k(&bin, &["get", "events.v1.", "ev-new", "-o", "json"]));
+    assert_eq!(core["apiVersion"], "v1", "{core}");
+    assert_eq!(core["message"], "written as events.k8s.io", "{core}");
+    assert_eq!(core["involvedObject"]["name"], "web-1", "{core}");
+    assert_eq!(core["reportingComponent"], "ferry.dev/e2e", "{core}");
+
+    let ev = json(&f.k(
+        &bin,
+        &["get", "events.v1.events.k8s.io", "ev-old", "-o", "json"],
+    ));
+    assert_eq!(ev["apiVersion"], "events.k8s.io/v1", "{ev}");
+    assert_eq!(ev["note"], "written as core", "{ev}");
+    assert_eq!(ev["regarding"]["name"], "web-2", "{ev}");
+    assert_eq!(ev["deprecatedCount"], 2, "{ev}");
+    assert_eq!(ev["deprecatedSource"]["component"], "e2e", "{ev}");
+
+    // Both lists hold both; each API's field selectors apply.
+    let names = |v: &serde_json::Value| -> Vec<String> {
+        let mut n: Vec<String> = v["items"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+                    .filter(|n| n.starts_with("ev-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        n.sort();
+        n
+    };
+    let all_core = json(&f.k(&bin, &["get", "events.v1.", "-o", "json"]));
+    assert_eq!(names(&all_core), ["ev-new", "ev-old"], "{all_core}");
+    let all_ev = json(&f.k(&bin, &["get", "events.v1.events.k8s.io", "-o", "json"]));
+    assert_eq!(names(&all_ev), ["ev-new", "ev-old"], "{all_ev}");
+    let sel = json(&f.k(
+        &bin,
+        &[
+            "get",
+            "events.v1.events.k8s.io",
+            "--field-selector",
+            "regarding.name=web-2",
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(names(&sel), ["ev-old"], "{sel}");
+    let sel = json(&f.k(
+        &bin,
+        &[
+            "get",
+            "events.v1.",
+            "--field-selector",
+            "involvedObject.name=web-1",
+            "-o",
+            "json",
+        ],
+    ));
+    assert_eq!(names(&sel), ["ev-new"], "{sel}");
+
+    // An update through one API is seen through the other; a delete removes it from both.
+    let out = f.k(
+        &bin,
+        &[
+            "patch",
+            "events.v1.events.k8s.io",
+            "ev-old",
+            "--type=merge",
+            "-p",
+            r#"{"note":"patched"}"#,
+        ],
+    );
+    assert!(out.contains("patched"), "{out}");
+    let core = json(&f.k(&bin, &["get", "events.v1.", "ev-old", "-o", "json"]));
+    assert_eq!(core["message"], "patched", "{core}");
+    f.k(&bin, &["delete", "events.v1.", "ev-new"]);
+    let all_ev = json(&f.k(&bin, &["get", "events.v1.events.k8s.io", "-o", "json"]));
+    assert_eq!(names(&all_ev), ["ev-old"], "{all_ev}");
+}
