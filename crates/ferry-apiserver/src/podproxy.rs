@@ -135,6 +135,29 @@ pub fn pick_container(pod: &Value, asked: Option<&str>) -> Result<String, ApiErr
     }
 }
 
+/// The agent (kubelet) path for a pod subresource, with the query parameters it takes:
+/// `log` → `/containerLogs/<ns>/<pod>/<container>`, `exec`/`attach` → `/exec|attach/...`,
+/// `portforward` → `/portForward/<ns>/<pod>`.
+pub fn agent_uri(sub: &str, ns: &str, name: &str, container: &str, raw: Option<&str>) -> String {
+    let (path, params) = match sub {
+        "exec" => ("exec", EXEC_PARAMS),
+        "attach" => ("attach", ATTACH_PARAMS),
+        "portforward" => ("portForward", PORTFORWARD_PARAMS),
+        _ => ("containerLogs", LOG_PARAMS),
+    };
+    let query = filter_query(raw, params);
+    if sub == "portforward" {
+        format!("/{path}/{}/{}?{query}", encode(ns), encode(name))
+    } else {
+        format!(
+            "/{path}/{}/{}/{}?{query}",
+            encode(ns),
+            encode(name),
+            encode(container)
+        )
+    }
+}
+
 /// `host:port` of the agent of `node`.
 pub fn agent_address(node: &Value) -> Option<String> {
     // An agent whose node lives in a network namespace the API server cannot reach (ferry up's
@@ -238,23 +261,7 @@ async fn proxy(
             format!("node {node_name} does not report an agent endpoint"),
         )
     })?;
-    let (path, params) = match sub {
-        "exec" => ("exec", EXEC_PARAMS),
-        "attach" => ("attach", ATTACH_PARAMS),
-        "portforward" => ("portForward", PORTFORWARD_PARAMS),
-        _ => ("containerLogs", LOG_PARAMS),
-    };
-    let query = filter_query(raw.as_deref(), params);
-    let uri = if sub == "portforward" {
-        format!("/{path}/{}/{}?{query}", encode(ns), encode(name))
-    } else {
-        format!(
-            "/{path}/{}/{}/{}?{query}",
-            encode(ns),
-            encode(name),
-            encode(&container)
-        )
-    };
+    let uri = agent_uri(sub, ns, name, &container, raw.as_deref());
     let stream = tokio::net::TcpStream::connect(&addr).await.map_err(|e| {
         ApiError::new(
             502,
@@ -408,6 +415,34 @@ mod tests {
             "command=cat&command=%2Fetc&stdout=true"
         );
         assert_eq!(encode("a b/c"), "a%20b%2Fc");
+        for (sub, container, raw, want) in [
+            (
+                "exec",
+                "c",
+                "command=ls&container=c&stdin=true&tty=false",
+                "/exec/ns/p/c?command=ls&stdin=true&tty=false",
+            ),
+            (
+                "attach",
+                "c",
+                "command=ls&stdout=true&container=c",
+                "/attach/ns/p/c?stdout=true",
+            ),
+            (
+                "portforward",
+                "",
+                "ports=80&ports=443&x=1",
+                "/portForward/ns/p?ports=80&ports=443",
+            ),
+            (
+                "log",
+                "c",
+                "timestamps=true&sinceTime=2026-01-01T00%3A00%3A00Z&pretty=1",
+                "/containerLogs/ns/p/c?timestamps=true&sinceTime=2026-01-01T00%3A00%3A00Z",
+            ),
+        ] {
+            assert_eq!(agent_uri(sub, "ns", "p", container, Some(raw)), want);
+        }
         for (addr, want) in [
             ("127.0.0.1:10250", Some("127.0.0.1")),
             ("[fd00::1]:10250", Some("fd00::1")),

@@ -1013,8 +1013,7 @@ mod tests {
         server.await.expect("server");
     }
 
-    #[tokio::test]
-    async fn spdy_port_forward_copies_both_ways() {
+    async fn upper_echo_server() -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -1031,6 +1030,113 @@ mod tests {
                 });
             }
         });
+        port
+    }
+
+    #[tokio::test]
+    async fn websocket_port_forward_channels() {
+        use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+        let port = upper_echo_server().await;
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let server_ws =
+            tokio_tungstenite::WebSocketStream::from_raw_socket(b, WsRole::Server, None).await;
+        tokio::spawn(serve_ws_portforward(
+            server_ws,
+            Target::Addr(IpAddr::from([127, 0, 0, 1])),
+            vec![port, 1],
+            "default/p".into(),
+        ));
+        let mut ws =
+            tokio_tungstenite::WebSocketStream::from_raw_socket(a, WsRole::Client, None).await;
+        // Each channel opens with its port, little-endian.
+        let mut openers = Vec::new();
+        for _ in 0..4 {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => openers.push(b.to_vec()),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let p = port.to_le_bytes();
+        assert_eq!(
+            openers,
+            vec![
+                vec![0, p[0], p[1]],
+                vec![1, p[0], p[1]],
+                vec![2, 1, 0],
+                vec![3, 1, 0]
+            ]
+        );
+        ws.send(Message::Binary(Bytes::from_static(b"\x00hello")))
+            .await
+            .expect("send");
+        let mut data = Vec::new();
+        let mut error = String::new();
+        while data != b"HELLO" || error.is_empty() {
+            match ws.next().await {
+                Some(Ok(Message::Binary(b))) => match b[0] {
+                    0 => data.extend_from_slice(&b[1..]),
+                    3 => error.push_str(&String::from_utf8_lossy(&b[1..])),
+                    other => panic!("channel {other}"),
+                },
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(
+            error.contains("error forwarding port 1 to pod default/p"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn attach_relays_output_and_stdin() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", "read x; echo got $x; echo oops >&2"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let cio = crate::logs::ContainerIo::start(
+            child.stdout.take(),
+            child.stderr.take(),
+            child.stdin.take(),
+            true,
+            &dir.path().join("0.log"),
+        )
+        .expect("io");
+        let (in_tx, in_rx) = mpsc::channel(4);
+        let (out_tx, mut out_rx) = mpsc::channel(16);
+        let core = tokio::spawn(attach_core(cio, Some(in_rx), out_tx, true, true, false));
+        in_tx
+            .send(Bytes::from_static(b"hi\n"))
+            .await
+            .expect("stdin");
+        drop(in_tx);
+        let mut got = Vec::new();
+        while let Some(m) = out_rx.recv().await {
+            got.push(m);
+        }
+        core.await.expect("core");
+        let _ = child.wait().await;
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        for (ch, b) in got {
+            if ch == 1 {
+                out.extend_from_slice(&b)
+            } else {
+                err.extend_from_slice(&b)
+            }
+        }
+        assert_eq!(
+            (out.as_slice(), err.as_slice()),
+            (&b"got hi\n"[..], &b"oops\n"[..])
+        );
+    }
+
+    #[tokio::test]
+    async fn spdy_port_forward_copies_both_ways() {
+        let port = upper_echo_server().await;
         let (a, b) = tokio::io::duplex(64 * 1024);
         tokio::spawn(serve_spdy_portforward(
             b,
