@@ -504,6 +504,27 @@ async fn start_netns(
         None
     };
 
+    // NetworkPolicy metrics of every node (verdict counters read from each node's table).
+    let netpol_metrics = std::sync::Arc::new(ferry_netpol::metrics::Metrics::new());
+    if a.netpol_metrics_listen != "off" {
+        match tokio::net::TcpListener::bind(&a.netpol_metrics_listen).await {
+            Ok(l) => {
+                if let Ok(addr) = l.local_addr() {
+                    eprintln!("ferry up: NetworkPolicy metrics on http://{addr}/metrics");
+                }
+                tokio::spawn(ferry_netpol::metrics::serve(
+                    l,
+                    netpol_metrics.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            Err(e) => eprintln!(
+                "ferry up: NetworkPolicy metrics not served: binding {}: {e}",
+                a.netpol_metrics_listen
+            ),
+        }
+    }
+
     for (i, node) in plan.nodes.iter().enumerate() {
         let node_ns = netns::path(&node.netns);
         let mut agent = ferry_node::AgentArgs::defaults();
@@ -600,12 +621,13 @@ async fn start_netns(
         // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
         // namespace, kept in line by watches and one sync loop.
         let netpol_client = cluster_client(&ids.netpol, &plan, api_port).await?;
-        let netpol_cfg = ferry_netpol::agent::AgentConfig::new(
+        let mut netpol_cfg = ferry_netpol::agent::AgentConfig::new(
             node.name.clone(),
             ferry_netpol::apply::Target {
                 netns: Some(node_ns.clone()),
             },
         );
+        netpol_cfg.metrics = Some(netpol_metrics.clone());
         services.threads.push(netns::spawn_runtime(
             node_ns,
             format!("node-{}", i + 1),
