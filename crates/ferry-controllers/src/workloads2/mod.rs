@@ -7,12 +7,14 @@
 //!   deadline, history limits, suspend).
 //! - [`daemonset`]: DaemonSets (one pod per eligible node: nodeSelector, node affinity,
 //!   taints and the default daemon tolerations; RollingUpdate with maxUnavailable/maxSurge).
+//! - [`disruption`]: PodDisruptionBudget status (the eviction subresource reads it).
 //! - [`statefulset`]: StatefulSets (ordinals, OrderedReady/Parallel, RollingUpdate with
 //!   partition, OnDelete, ControllerRevisions, status).
 
 pub mod common;
 pub mod cronjob;
 pub mod daemonset;
+pub mod disruption;
 pub mod job;
 pub mod statefulset;
 
@@ -25,5 +27,6 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
         cronjob::run(client.clone(), stop.clone()),
         statefulset::run(client.clone(), stop.clone()),
         daemonset::run(client.clone(), stop.clone()),
+        disruption::run(client.clone(), stop.clone()),
     );
 }
