@@ -595,7 +595,12 @@ impl Endpoint {
         let want_stdin = flag(q, "stdin");
         let want_stdout = flag(q, "stdout");
         let want_stderr = flag(q, "stderr");
-        let cmd = exec_command(&shared, &info, &command);
+        let tty = flag(q, "tty");
+        let cmd = if tty {
+            exec_command(&shared, &info, &crate::pty::with_controlling_tty(&command))
+        } else {
+            exec_command(&shared, &info, &command)
+        };
         let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(&key);
         let v5 = proto.starts_with("v5");
         tokio::spawn(async move {
@@ -612,7 +617,11 @@ impl Endpoint {
                 None,
             )
             .await;
-            run_exec(ws, cmd, command, want_stdin, want_stdout, want_stderr, v5).await;
+            if tty {
+                crate::streaming::run_ws_exec_tty(ws, cmd, command, want_stdin, v5).await;
+            } else {
+                run_exec(ws, cmd, command, want_stdin, want_stdout, want_stderr, v5).await;
+            }
         });
         Response::builder()
             .status(StatusCode::SWITCHING_PROTOCOLS)
@@ -723,7 +732,15 @@ impl Endpoint {
         if !(opts.stdin || opts.stdout || opts.stderr) {
             return text(400, "you must specify at least 1 of stdin, stdout, stderr");
         }
-        let cmd = exec_command(&shared, &info, &opts.command);
+        let cmd = if opts.tty {
+            exec_command(
+                &shared,
+                &info,
+                &crate::pty::with_controlling_tty(&opts.command),
+            )
+        } else {
+            exec_command(&shared, &info, &opts.command)
+        };
         tokio::spawn(async move {
             match hyper::upgrade::on(req).await {
                 Ok(u) => {

@@ -338,6 +338,43 @@ async fn run_command(
     })
 }
 
+/// Runs a command on a terminal (`tty=true`): its output to the stdout stream, the resize
+/// stream's sizes applied.
+async fn run_on_terminal(
+    cmd: Result<tokio::process::Command, String>,
+    stdin: Option<mpsc::Receiver<Bytes>>,
+    stdout: Option<StreamWriter>,
+    resize: Option<Stream>,
+) -> Result<i32, String> {
+    let (rs_tx, rs_rx) = mpsc::channel(8);
+    if let Some(mut r) = resize {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(b) = r.data.recv().await {
+                buf.extend_from_slice(&b);
+                for size in crate::pty::split_resizes(&mut buf) {
+                    if rs_tx.send(size).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(32);
+    let forward = tokio::spawn(async move {
+        while let Some(b) = out_rx.recv().await {
+            if let Some(w) = &stdout
+                && w.write(b).await.is_err()
+            {
+                return;
+            }
+        }
+    });
+    let code = crate::pty::run(cmd?, stdin, out_tx, rs_rx).await;
+    let _ = forward.await;
+    code
+}
+
 /// The options of a remote command request.
 #[derive(Debug, Clone, Default)]
 pub struct CommandOptions {
@@ -376,20 +413,21 @@ pub async fn serve_spdy_exec<T>(
     let stdin = streams.remove("stdin").map(|s| s.data);
     let stdout = streams.remove("stdout").map(|s| s.writer);
     let stderr = streams.remove("stderr").map(|s| s.writer);
-    // Terminal sizes are read and dropped: commands run without a terminal.
-    if let Some(mut resize) = streams.remove("resize") {
-        tokio::spawn(async move { while resize.data.recv().await.is_some() {} });
-    }
-    let code = run_command(
-        cmd,
-        CommandIo {
-            stdin,
-            stdout: stdout.clone(),
-            stderr: stderr.clone(),
-            tty: opts.tty,
-        },
-    )
-    .await;
+    let resize = streams.remove("resize");
+    let code = if opts.tty {
+        run_on_terminal(cmd, stdin, stdout.clone(), resize).await
+    } else {
+        run_command(
+            cmd,
+            CommandIo {
+                stdin,
+                stdout: stdout.clone(),
+                stderr: stderr.clone(),
+                tty: false,
+            },
+        )
+        .await
+    };
     for w in [&stdout, &stderr].into_iter().flatten() {
         let _ = w.finish().await;
     }
@@ -591,6 +629,73 @@ pub async fn serve_ws_attach<S>(
     let mut status = vec![3u8];
     status.extend(br#"{"metadata":{},"status":"Success"}"#);
     let _ = sink.send(Message::Binary(Bytes::from(status))).await;
+    let _ = sink.send(crate::server::normal_close()).await;
+    let _ = sink.close().await;
+    reader.abort();
+}
+
+/// WebSocket exec with a terminal (`tty=true`): channel 0 keystrokes, 1 the terminal's
+/// output, 3 the final status, 4 resize messages, 255 (v5) the end of stdin.
+pub async fn run_ws_exec_tty<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    cmd: Result<tokio::process::Command, String>,
+    command: Vec<String>,
+    want_stdin: bool,
+    v5: bool,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sink, mut stream) = ws.split();
+    let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(32);
+    let (rs_tx, rs_rx) = mpsc::channel::<(u16, u16)>(8);
+    let reader = tokio::spawn(async move {
+        let mut stdin_tx = Some(stdin_tx);
+        while let Some(m) = stream.next().await {
+            match m {
+                Ok(Message::Binary(b)) if !b.is_empty() => match b[0] {
+                    0 => {
+                        if let Some(tx) = stdin_tx.as_ref()
+                            && tx.send(b.slice(1..)).await.is_err()
+                        {
+                            stdin_tx = None;
+                        }
+                    }
+                    4 => {
+                        if let Some(size) = crate::pty::parse_resize(&b[1..]) {
+                            let _ = rs_tx.send(size).await;
+                        }
+                    }
+                    255 if v5 && b.get(1) == Some(&0) => stdin_tx = None,
+                    _ => {}
+                },
+                Ok(Message::Close(_)) | Err(_) => break,
+                _ => {}
+            }
+        }
+    });
+    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(32);
+    let run = tokio::spawn(async move {
+        match cmd {
+            Ok(c) => crate::pty::run(c, want_stdin.then_some(stdin_rx), out_tx, rs_rx).await,
+            Err(e) => Err(e),
+        }
+    });
+    while let Some(b) = out_rx.recv().await {
+        let mut m = Vec::with_capacity(b.len() + 1);
+        m.push(1u8);
+        m.extend_from_slice(&b);
+        if sink.send(Message::Binary(Bytes::from(m))).await.is_err() {
+            break;
+        }
+    }
+    let status = match run.await {
+        Ok(Ok(code)) => crate::server::exit_status(&command, Some(code), None),
+        Ok(Err(e)) => crate::server::exit_status(&command, None, Some(e)),
+        Err(e) => crate::server::exit_status(&command, None, Some(e.to_string())),
+    };
+    let mut m = vec![3u8];
+    m.extend(serde_json::to_vec(&status).unwrap_or_default());
+    let _ = sink.send(Message::Binary(Bytes::from(m))).await;
     let _ = sink.send(crate::server::normal_close()).await;
     let _ = sink.close().await;
     reader.abort();

@@ -145,6 +145,25 @@ fn exec_cp_and_port_forward_with_every_kubectl() {
             "{bin}"
         );
 
+        // exec -it from a terminal (script(1) gives kubectl one): the command runs on a
+        // terminal of its own.
+        let out = Command::new("script")
+            .env("KUBECONFIG", &f.kubeconfig)
+            .args(["-qec"])
+            .arg(format!(
+                "{bin} exec -it talker -- sh -c 'tty; test -t 0 && echo on-a-terminal'"
+            ))
+            .arg("/dev/null")
+            .stdin(Stdio::null())
+            .output()
+            .expect("script");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{bin} exec -it: {out:?}");
+        assert!(
+            stdout.contains("/dev/pts/") && stdout.contains("on-a-terminal"),
+            "{bin} exec -it: {stdout:?}"
+        );
+
         // cp (tar over exec stdin/stdout), both ways, with a file bigger than one frame.
         let dir = tempfile::tempdir().expect("tmp");
         let body: String = (0..20_000).map(|i| format!("{v} line {i}\n")).collect();
