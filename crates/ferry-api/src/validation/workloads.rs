@@ -124,7 +124,7 @@ fn stateful_set_spec(spec: &apps::StatefulSetSpec, path: &Path) -> ErrorList {
             FieldError::invalid_str(
                 path.child("podManagementPolicy"),
                 pmp,
-                format!("must be 'OrderedReady' or 'Parallel'"),
+                "must be 'OrderedReady' or 'Parallel'",
             )
         });
     }
