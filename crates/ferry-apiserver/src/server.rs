@@ -351,6 +351,19 @@ impl Server {
         {
             return error_response(&e);
         }
+        if let Err(e) = crate::admission::node_restriction(
+            &self.api,
+            &who,
+            &res,
+            &rp,
+            &method,
+            &content_type,
+            &body_bytes,
+        )
+        .await
+        {
+            return error_response(&e);
+        }
         let result = self
             .dispatch(res, rp, &query, want, &method, &content_type, body_bytes)
             .await;

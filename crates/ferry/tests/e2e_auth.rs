@@ -594,4 +594,33 @@ fn components_run_with_their_own_identities() {
             .collect::<Vec<_>>()
             .join("\n")
     );
+
+    // NodeRestriction: a node agent writes only its own Node and pods bound to it.
+    let own = node.trim_start_matches("node-").to_string();
+    let o = f.k_stdin(
+        "kubectl",
+        &["create", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ghost-node"}}
+{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stray"},
+ "spec": {"nodeName": "ghost-node", "containers": [{"name": "c", "image": "busybox"}]}}"#,
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let o = as_component(&node, &["label", "node", &own, "h14=yes"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = as_component(&node, &["label", "node", "ghost-node", "h14=yes"]);
+    assert!(
+        err(&o).contains(&format!(
+            "nodes \"ghost-node\" is forbidden: node \"{own}\" is not allowed to modify node \"ghost-node\""
+        )),
+        "{}",
+        err(&o)
+    );
+    let o = as_component(&node, &["delete", "pod", "stray", "--wait=false"]);
+    assert!(
+        err(&o).contains(&format!(
+            "pods \"stray\" is forbidden: node \"{own}\" can only delete pods with spec.nodeName set to itself"
+        )),
+        "{}",
+        err(&o)
+    );
 }

@@ -2,6 +2,7 @@
 //! as kube-apiserver's admission chain. The decisions are pure ([`serviceaccount`]); this module
 //! feeds them from the watch cache and words refusals as upstream's `admission.NewForbidden`.
 
+pub mod noderestriction;
 pub mod serviceaccount;
 
 use serde_json::{Value, json};
@@ -70,4 +71,73 @@ pub async fn service_account(
     };
     serviceaccount::admit_with(pod, &sa, &mut crate::objects::random_suffix);
     Ok(())
+}
+
+/// The `NodeRestriction` plugin on a write by a node agent (see [`noderestriction`]); other
+/// users and reads pass.
+pub async fn node_restriction(
+    api: &Api,
+    who: &crate::auth::escalation::Who,
+    res: &crate::api::Resource,
+    rp: &crate::request::ResourcePath,
+    method: &http::Method,
+    content_type: &str,
+    body: &bytes::Bytes,
+) -> Result<(), ApiError> {
+    use noderestriction::Operation;
+    let Some(user) = who.user.as_ref() else {
+        return Ok(());
+    };
+    let Some(node) = noderestriction::node_of(&user.name, &user.groups) else {
+        return Ok(());
+    };
+    let operation = match *method {
+        http::Method::POST => Operation::Create,
+        http::Method::PUT | http::Method::PATCH => Operation::Update,
+        http::Method::DELETE => Operation::Delete,
+        _ => return Ok(()),
+    };
+    let info = res.info();
+    let object = if matches!(*method, http::Method::POST | http::Method::PUT) {
+        crate::body::decode(content_type, body).ok()
+    } else {
+        None
+    };
+    let name = rp
+        .name
+        .clone()
+        .or_else(|| {
+            object
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/name"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    let namespace = rp.namespace.clone().unwrap_or_default();
+    let subresource = rp.subresource.clone().unwrap_or_default();
+    let existing = match (info.group, info.plural, subresource.as_str()) {
+        ("", "pods", _) if !name.is_empty() => {
+            crate::auth::lookup(api, "", "pods", Some(&namespace), &name)
+        }
+        ("", "serviceaccounts", "token") => object
+            .as_ref()
+            .and_then(|o| o.pointer("/spec/boundObjectRef/name"))
+            .and_then(Value::as_str)
+            .and_then(|pod| crate::auth::lookup(api, "", "pods", Some(&namespace), pod)),
+        _ => None,
+    };
+    let write = noderestriction::Write {
+        node: &node,
+        operation,
+        group: info.group,
+        resource: info.plural,
+        subresource: &subresource,
+        namespace: &namespace,
+        name: &name,
+        object: object.as_ref(),
+        existing: existing.as_ref(),
+    };
+    noderestriction::decide(&write)
+        .map_err(|reason| forbidden(info.plural, info.group, &name, &reason))
 }

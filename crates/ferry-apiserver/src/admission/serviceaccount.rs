@@ -300,6 +300,7 @@ fn mount_token(pod: &mut Value, suffix: &mut dyn FnMut() -> String) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
