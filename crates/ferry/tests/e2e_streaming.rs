@@ -278,6 +278,36 @@ fn exec_cp_and_port_forward_with_every_kubectl() {
         f.k("kubectl", &["logs", "talker", "--since=1h"]),
         "line one\nline two\n"
     );
+    // logs -f follows a running container until it ends.
+    f.k(
+        "kubectl",
+        &[
+            "run",
+            "counter",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1; for i in 1 2 3; do echo n $i; sleep 1; done; printf tail",
+        ],
+    );
+    f.k(
+        "kubectl",
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/counter",
+            "--timeout=120s",
+        ],
+    );
+    let out = f.k("kubectl", &["logs", "-f", "counter", "--timestamps"]);
+    let contents: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_once(' ').map_or("", |(_, c)| c))
+        .collect();
+    assert_eq!(contents, vec!["n 1", "n 2", "n 3", "tail"], "{out}");
+
     // Lines older than sinceTime are skipped: the second line's own time keeps only it.
     let second = lines[1].split_once(' ').map(|(t, _)| t).expect("ts");
     let out = f.k(
