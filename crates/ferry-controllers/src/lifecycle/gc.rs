@@ -1,11 +1,12 @@
-//! The garbage collector and the namespace controller, from the informers of [`super::graph`]:
-//! the `orphan` and `foregroundDeletion` finalizers, dependents whose owners are gone, and
-//! namespace termination. Every owner absence is confirmed against the API server before a
-//! dependent is deleted.
+//! The garbage collector and the namespace controller on the controller runtime, from the
+//! informers and graph of [`super::graph`]: the `orphan` and `foregroundDeletion` finalizers,
+//! dependents whose owners are gone, and namespace termination. Each works one key at a time
+//! (an object uid; a namespace name) off its queue, with the pure decisions of
+//! [`super::gc_core`]; failed writes back off per key. Every owner absence is confirmed against
+//! the API server before a dependent is deleted.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
@@ -18,6 +19,44 @@ use tokio_util::sync::CancellationToken;
 
 use super::gc_core::{self, Dependent, OwnerState, Policy, Ref, Verdict};
 use super::graph::{Caches, Watched};
+use crate::runtime::{self, Action, Reconciler};
+
+/// Upstream's `--concurrent-gc-syncs` and `--concurrent-namespace-syncs` defaults.
+const GC_WORKERS: usize = 20;
+const NS_WORKERS: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("{failed} of {total} writes failed; first: {first}")]
+    Writes {
+        failed: usize,
+        total: usize,
+        first: kube::Error,
+    },
+    #[error("namespace {0} still has content on the API server")]
+    ContentRemaining(String),
+}
+
+impl From<runtime::worker::WriteErrors<kube::Error>> for GcError {
+    fn from(e: runtime::worker::WriteErrors<kube::Error>) -> Self {
+        GcError::Writes {
+            failed: e.failed,
+            total: e.total,
+            first: e.first,
+        }
+    }
+}
+
+/// 404 counts as done for a delete or an unlink.
+fn ignore_gone<T>(r: kube::Result<T>) -> kube::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
 
 struct Item {
     res: usize,
@@ -39,32 +78,64 @@ impl Item {
     }
 }
 
-/// Runs rounds on every change (and every few seconds, to retry) until `stop`.
+/// Runs the collector and the namespace controller until `stop`.
 pub async fn run(client: kube::Client, caches: Caches, stop: CancellationToken) {
-    caches.wait_ready(&stop).await;
-    let mut gc = Gc {
-        client,
-        caches,
-        warned: HashSet::new(),
-    };
-    loop {
-        gc.round().await;
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = gc.caches.changed.notified() => {
-                // Let a burst of events settle.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
+    if !caches.wait_ready(&stop).await {
+        return;
     }
+    let gc = Arc::new(Gc {
+        client,
+        caches: caches.clone(),
+        warned: Mutex::default(),
+    });
+    tokio::join!(
+        runtime::worker::run(
+            Arc::new(Collector(gc.clone())),
+            caches.gc_queue.clone(),
+            GC_WORKERS,
+            stop.clone()
+        ),
+        runtime::worker::run(
+            Arc::new(Namespaces(gc)),
+            caches.ns_queue.clone(),
+            NS_WORKERS,
+            stop
+        ),
+    );
 }
 
 struct Gc {
     client: kube::Client,
     caches: Caches,
     /// (dependent uid, owner uid) pairs already reported as OwnerRefInvalidNamespace.
-    warned: HashSet<(String, String)>,
+    warned: Mutex<HashSet<(String, String)>>,
+}
+
+/// The garbage collector: one object uid at a time.
+struct Collector(Arc<Gc>);
+/// The namespace controller: one namespace at a time.
+struct Namespaces(Arc<Gc>);
+
+impl Reconciler for Collector {
+    type Key = String;
+    type Error = GcError;
+    fn name(&self) -> &'static str {
+        "garbage-collector"
+    }
+    async fn reconcile(&self, uid: &String) -> Result<Action, GcError> {
+        self.0.sync_object(uid).await
+    }
+}
+
+impl Reconciler for Namespaces {
+    type Key = String;
+    type Error = GcError;
+    fn name(&self) -> &'static str {
+        "namespace-controller"
+    }
+    async fn reconcile(&self, ns: &String) -> Result<Action, GcError> {
+        self.0.sync_namespace(ns).await
+    }
 }
 
 fn patch_params() -> PatchParams {
@@ -92,79 +163,111 @@ impl Gc {
             .api(&self.client, i.obj.metadata.namespace.as_deref())
     }
 
-    async fn round(&mut self) {
-        let mut all: Vec<Item> = Vec::new();
-        for (res, w) in self.caches.resources.iter().enumerate() {
-            for obj in w.store.state() {
-                all.push(Item { res, obj });
-            }
+    fn item(&self, uid: &str) -> Option<Item> {
+        self.caches.object(uid).map(|(res, obj)| Item { res, obj })
+    }
+
+    /// One object: an owner being deleted (orphan / foreground finalizers), or a dependent
+    /// whose owners may be gone.
+    async fn sync_object(&self, uid: &str) -> Result<Action, GcError> {
+        let Some(o) = self.item(uid) else {
+            return Ok(Action::Done);
+        };
+        if o.deleting() {
+            // (The graph lock is released before the objects are looked up.)
+            let uids = self.caches.graph().dependents(uid);
+            let deps: Vec<Item> = uids.iter().filter_map(|d| self.item(d)).collect();
+            return self.owner_work(&o, &deps).await.map(|()| Action::Done);
         }
-        let by_uid: HashMap<&str, usize> =
-            all.iter().enumerate().map(|(i, o)| (o.uid(), i)).collect();
-        let mut dependents: HashMap<&str, Vec<usize>> = HashMap::new();
-        for (i, o) in all.iter().enumerate() {
-            for r in o.refs() {
-                dependents.entry(r.uid.as_str()).or_default().push(i);
-            }
+        if o.refs().is_empty() {
+            return Ok(Action::Done);
         }
-        // Owners being deleted: orphan and foreground finalizers.
-        for o in all.iter().filter(|o| o.deleting()) {
-            let deps: Vec<&Item> = dependents
-                .get(o.uid())
-                .map(|v| v.iter().map(|i| &all[*i]).collect())
-                .unwrap_or_default();
-            if o.finalizers().iter().any(|f| f == "orphan") {
-                self.orphan(o, &deps).await;
-            } else if o.finalizers().iter().any(|f| f == "foregroundDeletion") {
-                self.foreground(o, &deps).await;
-            }
+        let mut refs = Vec::new();
+        for r in o.refs() {
+            let cached = self.item(&r.uid);
+            let state = self.owner_state(&o, r, cached.as_ref()).await;
+            refs.push(Ref {
+                uid: r.uid.clone(),
+                block_owner_deletion: r.block_owner_deletion.unwrap_or(false),
+                state,
+            });
         }
-        // Namespaces being deleted.
-        for o in all.iter().filter(|o| o.deleting()) {
-            let w = self.watched(o);
-            if w.ar.group.is_empty() && w.ar.kind == "Namespace" {
-                self.terminate_namespace(o, &all).await;
-            }
-        }
-        // Dependents: dangling owners.
-        for o in all.iter().filter(|o| !o.refs().is_empty() && !o.deleting()) {
-            let mut refs = Vec::new();
-            for r in o.refs() {
-                let state = self
-                    .owner_state(o, r, by_uid.get(r.uid.as_str()).map(|i| &all[*i]))
-                    .await;
-                refs.push(Ref {
-                    uid: r.uid.clone(),
-                    block_owner_deletion: r.block_owner_deletion.unwrap_or(false),
-                    state,
+        match gc_core::decide(&refs, o.finalizers(), o.deleting()) {
+            Verdict::Keep => {}
+            Verdict::RemoveRefs(uids) => self.remove_refs(&o, &uids).await?,
+            Verdict::Delete(p) => {
+                tracing::info!(
+                    "gc: deleting {} {}/{} (owners gone)",
+                    self.watched(&o).ar.kind,
+                    o.obj.metadata.namespace.as_deref().unwrap_or(""),
+                    o.obj.name_any()
+                );
+                let mut dp = delete_params(p);
+                dp.preconditions = Some(kube::api::Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
                 });
-            }
-            match gc_core::decide(&refs, o.finalizers(), o.deleting()) {
-                Verdict::Keep => {}
-                Verdict::RemoveRefs(uids) => self.remove_refs(o, &uids).await,
-                Verdict::Delete(p) => {
-                    tracing::info!(
-                        "gc: deleting {} {}/{} (owners gone)",
-                        self.watched(o).ar.kind,
-                        o.obj.metadata.namespace.as_deref().unwrap_or(""),
-                        o.obj.name_any()
-                    );
-                    let uid = o.uid().to_string();
-                    let mut dp = delete_params(p);
-                    dp.preconditions = Some(kube::api::Preconditions {
-                        uid: Some(uid),
-                        resource_version: None,
-                    });
-                    let _ = self.api_of(o).delete(&o.obj.name_any(), &dp).await;
-                }
+                ignore_gone(self.api_of(&o).delete(&o.obj.name_any(), &dp).await)?;
             }
         }
+        Ok(Action::Done)
+    }
+
+    /// An owner with the `orphan` or `foregroundDeletion` finalizer: the planned writes, issued
+    /// concurrently, then the finalizer once they all succeeded.
+    async fn owner_work(&self, owner: &Item, deps: &[Item]) -> Result<(), GcError> {
+        let uid = owner.uid();
+        let views: Vec<Dependent> = deps
+            .iter()
+            .map(|d| Dependent {
+                blocks: d
+                    .refs()
+                    .iter()
+                    .any(|r| r.uid == uid && r.block_owner_deletion == Some(true)),
+                deleting: d.deleting(),
+            })
+            .collect();
+        let plan = gc_core::owner_plan(owner.deleting(), owner.finalizers(), &views);
+        runtime::execute_all(plan.unlink, |i| {
+            let d = &deps[i];
+            async move { ignore_gone(self.unlink(d, uid).await) }
+        })
+        .await?;
+        runtime::execute_all(plan.delete, |(i, p)| {
+            let d = &deps[i];
+            async move {
+                ignore_gone(
+                    self.api_of(d)
+                        .delete(&d.obj.name_any(), &delete_params(p))
+                        .await,
+                )
+            }
+        })
+        .await?;
+        if let Some(f) = plan.remove_finalizer {
+            ignore_gone(self.remove_finalizer(owner, f).await)?;
+        }
+        Ok(())
+    }
+
+    /// A namespace being deleted: delete its content, confirm it is gone, finalize.
+    async fn sync_namespace(&self, name: &str) -> Result<Action, GcError> {
+        let Some(w) = self.caches.resources.iter().find(|w| w.is_namespace()) else {
+            return Ok(Action::Done);
+        };
+        let Some(ns) = w.get(&crate::runtime::ObjectKey::new("", name)) else {
+            return Ok(Action::Done);
+        };
+        if ns.metadata.deletion_timestamp.is_none() {
+            return Ok(Action::Done);
+        }
+        self.terminate_namespace(&ns).await
     }
 
     /// The state of the owner named by `r` for dependent `dep`; `cached` is the cached object
     /// with that uid, if any. Absence is confirmed with a GET.
     async fn owner_state(
-        &mut self,
+        &self,
         dep: &Item,
         r: &OwnerReference,
         cached: Option<&Item>,
@@ -215,9 +318,14 @@ impl Gc {
         }
     }
 
-    async fn warn_invalid_namespace(&mut self, dep: &Item, r: &OwnerReference) {
+    async fn warn_invalid_namespace(&self, dep: &Item, r: &OwnerReference) {
         let key = (dep.uid().to_string(), r.uid.clone());
-        if self.warned.contains(&key) {
+        if self
+            .warned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&key)
+        {
             return;
         }
         let w = self.watched(dep);
@@ -269,125 +377,88 @@ impl Gc {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         match api.create(&PostParams::default(), &ev).await {
             Ok(_) => {
-                self.warned.insert(key);
+                self.warned
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key);
             }
             Err(e) => tracing::debug!("event: {e}"),
         }
     }
 
-    async fn remove_refs(&self, o: &Item, uids: &[String]) {
+    async fn remove_refs(&self, o: &Item, uids: &[String]) -> kube::Result<()> {
         let keep: Vec<&OwnerReference> =
             o.refs().iter().filter(|r| !uids.contains(&r.uid)).collect();
         let patch = json!({"metadata": {
             "resourceVersion": o.obj.metadata.resource_version,
             "ownerReferences": if keep.is_empty() { serde_json::Value::Null } else { json!(keep) },
         }});
-        let _ = self
-            .api_of(o)
-            .patch(&o.obj.name_any(), &patch_params(), &Patch::Merge(&patch))
-            .await;
+        ignore_gone(
+            self.api_of(o)
+                .patch(&o.obj.name_any(), &patch_params(), &Patch::Merge(&patch))
+                .await,
+        )
     }
 
-    async fn remove_finalizer(&self, o: &Item, fin: &str) {
+    /// Removes dependent `d`'s reference to the owner `owner_uid` (orphan propagation).
+    async fn unlink(&self, d: &Item, owner_uid: &str) -> kube::Result<()> {
+        self.remove_refs(d, &[owner_uid.to_string()]).await
+    }
+
+    async fn remove_finalizer(&self, o: &Item, fin: &str) -> kube::Result<()> {
         let keep: Vec<&String> = o.finalizers().iter().filter(|f| *f != fin).collect();
         let patch = json!({"metadata": {
             "resourceVersion": o.obj.metadata.resource_version,
             "finalizers": if keep.is_empty() { serde_json::Value::Null } else { json!(keep) },
         }});
-        let _ = self
-            .api_of(o)
-            .patch(&o.obj.name_any(), &patch_params(), &Patch::Merge(&patch))
-            .await;
+        ignore_gone(
+            self.api_of(o)
+                .patch(&o.obj.name_any(), &patch_params(), &Patch::Merge(&patch))
+                .await,
+        )
     }
 
-    async fn orphan(&self, owner: &Item, deps: &[&Item]) {
-        let mut ok = true;
-        for d in deps {
-            let uid = owner.uid().to_string();
-            let keep: Vec<&OwnerReference> = d.refs().iter().filter(|r| r.uid != uid).collect();
-            let patch = json!({"metadata": {
-                "resourceVersion": d.obj.metadata.resource_version,
-                "ownerReferences": if keep.is_empty() { serde_json::Value::Null } else { json!(keep) },
-            }});
-            match self
-                .api_of(d)
-                .patch(&d.obj.name_any(), &patch_params(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(_) => ok = false,
-            }
-        }
-        if ok {
-            self.remove_finalizer(owner, "orphan").await;
-        }
-    }
-
-    async fn foreground(&self, owner: &Item, deps: &[&Item]) {
-        let uid = owner.uid();
-        let views: Vec<Dependent> = deps
-            .iter()
-            .map(|d| Dependent {
-                blocks: d
-                    .refs()
-                    .iter()
-                    .any(|r| r.uid == uid && r.block_owner_deletion == Some(true)),
-                deleting: d.deleting(),
-            })
-            .collect();
-        let (delete, done) = gc_core::foreground(&views);
-        for (i, p) in delete {
-            let d = deps[i];
-            let _ = self
-                .api_of(d)
-                .delete(&d.obj.name_any(), &delete_params(p))
-                .await;
-        }
-        if done {
-            self.remove_finalizer(owner, "foregroundDeletion").await;
-        }
-    }
-
-    async fn terminate_namespace(&self, ns: &Item, all: &[Item]) {
-        let name = ns.obj.name_any();
+    async fn terminate_namespace(&self, ns: &DynamicObject) -> Result<Action, GcError> {
+        let name = ns.name_any();
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let phase = ns
-            .obj
-            .data
-            .pointer("/status/phase")
-            .and_then(|v| v.as_str());
+        let phase = ns.data.pointer("/status/phase").and_then(|v| v.as_str());
         if phase != Some("Terminating") {
             let patch = json!({"status": {"phase": "Terminating"}});
-            let _ = api
-                .patch_status(&name, &patch_params(), &Patch::Merge(&patch))
-                .await;
+            api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))
+                .await?;
         }
-        let mut remaining = 0;
-        for o in all.iter().filter(|o| {
-            self.watched(o).namespaced && o.obj.metadata.namespace.as_deref() == Some(&name)
-        }) {
-            remaining += 1;
-            if !o.deleting() {
-                let _ = self
-                    .api_of(o)
-                    .delete(&o.obj.name_any(), &delete_params(Policy::Background))
-                    .await;
-            }
-        }
+        let uids = self.caches.graph().members(&name);
+        let members: Vec<Item> = uids
+            .iter()
+            .filter_map(|u| self.item(u))
+            .filter(|o| self.watched(o).namespaced)
+            .collect();
+        let remaining = members.len();
+        runtime::execute_all(
+            members.iter().filter(|o| !o.deleting()).collect(),
+            |o| async move {
+                ignore_gone(
+                    self.api_of(o)
+                        .delete(&o.obj.name_any(), &delete_params(Policy::Background))
+                        .await,
+                )
+            },
+        )
+        .await?;
         if remaining > 0 {
-            return;
+            // Each member's deletion requeues the namespace.
+            return Ok(Action::Done);
         }
         // Confirm emptiness against the API server, not the informers.
         for w in self.caches.resources.iter().filter(|w| w.namespaced) {
             let api = w.api(&self.client, Some(&name));
-            match api.list_metadata(&ListParams::default().limit(1)).await {
-                Ok(l) if l.items.is_empty() => {}
-                _ => return,
+            let l = api.list_metadata(&ListParams::default().limit(1)).await?;
+            if !l.items.is_empty() {
+                return Err(GcError::ContentRemaining(name));
             }
         }
-        let Ok(Some(mut cur)) = api.get_opt(&name).await else {
-            return;
+        let Some(mut cur) = api.get_opt(&name).await? else {
+            return Ok(Action::Done);
         };
         let has = cur
             .spec
@@ -405,12 +476,9 @@ impl Gc {
                         .collect(),
                 );
             }
-            if let Err(e) = api
-                .replace_subresource("finalize", &name, &PostParams::default(), &cur)
-                .await
-            {
-                tracing::debug!("finalize namespace {name}: {e}");
-            }
+            api.replace_subresource("finalize", &name, &PostParams::default(), &cur)
+                .await?;
         }
+        Ok(Action::Done)
     }
 }

@@ -117,6 +117,43 @@ pub fn foreground(deps: &[Dependent]) -> (Vec<(usize, Policy)>, bool) {
     (delete, done)
 }
 
+/// What to do for an owner that is being deleted, after its finalizers (upstream's
+/// `attemptToOrphan` and the foreground branch of `attemptToDeleteItem`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerPlan {
+    /// Dependents (by index) whose reference to the owner is removed (orphan propagation).
+    pub unlink: Vec<usize>,
+    /// Dependents (by index) to delete, and how (foreground propagation).
+    pub delete: Vec<(usize, Policy)>,
+    /// The finalizer to remove once the writes above succeeded.
+    pub remove_finalizer: Option<&'static str>,
+}
+
+/// The plan for an owner with `finalizers`, `deleting` or not, and its dependents. `orphan`
+/// wins over `foregroundDeletion`, as upstream processes it first; background deletion needs
+/// no owner work (dependents find their owner gone).
+pub fn owner_plan(deleting: bool, finalizers: &[String], deps: &[Dependent]) -> OwnerPlan {
+    if !deleting {
+        return OwnerPlan::default();
+    }
+    if finalizers.iter().any(|f| f == "orphan") {
+        return OwnerPlan {
+            unlink: (0..deps.len()).collect(),
+            delete: Vec::new(),
+            remove_finalizer: Some("orphan"),
+        };
+    }
+    if finalizers.iter().any(|f| f == "foregroundDeletion") {
+        let (delete, done) = foreground(deps);
+        return OwnerPlan {
+            unlink: Vec::new(),
+            delete,
+            remove_finalizer: done.then_some("foregroundDeletion"),
+        };
+    }
+    OwnerPlan::default()
+}
+
 #[allow(clippy::type_complexity)]
 #[cfg(test)]
 mod tests {
@@ -240,5 +277,45 @@ mod tests {
                 proptest::prop_assert!(!matches!(v, Verdict::Delete(_)));
             }
         }
+    }
+
+    #[test]
+    fn owner_plan_table() {
+        let fin = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let dep = |blocks, deleting| Dependent { blocks, deleting };
+        let deps = vec![dep(true, false), dep(false, false), dep(true, true)];
+        // Not deleting: nothing, whatever the finalizers.
+        assert_eq!(
+            owner_plan(false, &fin(&["orphan"]), &deps),
+            OwnerPlan::default()
+        );
+        // Background: the owner goes at once; dependents are collected later.
+        assert_eq!(owner_plan(true, &[], &deps), OwnerPlan::default());
+        // Orphan: every dependent loses the reference, then the finalizer goes.
+        let p = owner_plan(true, &fin(&["orphan"]), &deps);
+        assert_eq!(p.unlink, vec![0, 1, 2]);
+        assert!(p.delete.is_empty());
+        assert_eq!(p.remove_finalizer, Some("orphan"));
+        // Orphan wins over foreground.
+        let p = owner_plan(true, &fin(&["foregroundDeletion", "orphan"]), &deps);
+        assert_eq!(p.remove_finalizer, Some("orphan"));
+        // Foreground: dependents not yet deleting are deleted (blocking ones in the
+        // foreground too); the finalizer stays while a blocking dependent exists.
+        let p = owner_plan(true, &fin(&["foregroundDeletion"]), &deps);
+        assert!(p.unlink.is_empty());
+        assert_eq!(
+            p.delete,
+            vec![(0, Policy::Foreground), (1, Policy::Background)]
+        );
+        assert_eq!(p.remove_finalizer, None);
+        // Only non-blocking dependents left: the owner may go.
+        let p = owner_plan(true, &fin(&["foregroundDeletion"]), &[dep(false, true)]);
+        assert!(p.delete.is_empty());
+        assert_eq!(p.remove_finalizer, Some("foregroundDeletion"));
+        // No dependents at all.
+        let p = owner_plan(true, &fin(&["foregroundDeletion"]), &[]);
+        assert_eq!(p.remove_finalizer, Some("foregroundDeletion"));
+        let p = owner_plan(true, &fin(&["orphan"]), &[]);
+        assert_eq!((p.unlink.len(), p.remove_finalizer), (0, Some("orphan")));
     }
 }

@@ -1,16 +1,19 @@
-//! Informers of every served resource (found through discovery), as untyped objects: the input
-//! of the garbage collector and of the namespace controller.
+//! Informers of every served resource (found through discovery), as untyped objects, and the
+//! owner/dependent graph built from their changes (upstream's `GraphBuilder`): the input of the
+//! garbage collector and of the namespace controller. A change enqueues only the uids and
+//! namespaces it affects.
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::Notify;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
+
+use crate::runtime::{self, Change, ObjectKey, WorkQueue};
 
 /// One watched resource and its informer cache.
 #[derive(Clone)]
@@ -28,13 +31,202 @@ impl Watched {
             _ => Api::all_with(client.clone(), &self.ar),
         }
     }
+
+    /// The cached object under `key`.
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        let r = ObjectRef::new_with(&key.name, self.ar.clone());
+        let r = if key.namespace.is_empty() {
+            r
+        } else {
+            r.within(&key.namespace)
+        };
+        self.store.get(&r)
+    }
+
+    pub fn is_namespace(&self) -> bool {
+        self.ar.group.is_empty() && self.ar.kind == "Namespace"
+    }
 }
 
-/// Every watched resource, plus a signal raised on any change.
+/// A node of the graph: where the object is cached, and what it points at.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub res: usize,
+    pub key: ObjectKey,
+    pub owners: Vec<String>,
+    pub deleting: bool,
+}
+
+/// The owner/dependent graph by uid, and the members of each namespace.
+#[derive(Debug, Default)]
+pub struct Graph {
+    nodes: HashMap<String, Node>,
+    dependents: HashMap<String, BTreeSet<String>>,
+    members: HashMap<String, BTreeSet<String>>,
+}
+
+/// What a change asks the collectors to look at.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Affected {
+    pub uids: BTreeSet<String>,
+    pub namespaces: BTreeSet<String>,
+}
+
+fn uid_of(o: &DynamicObject) -> Option<&str> {
+    o.metadata.uid.as_deref().filter(|u| !u.is_empty())
+}
+
+fn owner_uids(o: &DynamicObject) -> Vec<String> {
+    o.metadata
+        .owner_references
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .map(|r| r.uid.clone())
+        .collect()
+}
+
+fn has_owner_finalizer(o: &DynamicObject) -> bool {
+    o.metadata
+        .finalizers
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .any(|f| f == "orphan" || f == "foregroundDeletion")
+}
+
+impl Graph {
+    pub fn node(&self, uid: &str) -> Option<&Node> {
+        self.nodes.get(uid)
+    }
+
+    pub fn dependents(&self, uid: &str) -> Vec<String> {
+        self.dependents
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Uids of the objects cached in namespace `ns`.
+    pub fn members(&self, ns: &str) -> Vec<String> {
+        self.members
+            .get(ns)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn remove(&mut self, uid: &str) {
+        let Some(n) = self.nodes.remove(uid) else {
+            return;
+        };
+        for o in &n.owners {
+            if let Some(s) = self.dependents.get_mut(o) {
+                s.remove(uid);
+                if s.is_empty() {
+                    self.dependents.remove(o);
+                }
+            }
+        }
+        if let Some(s) = self.members.get_mut(&n.key.namespace) {
+            s.remove(uid);
+            if s.is_empty() {
+                self.members.remove(&n.key.namespace);
+            }
+        }
+    }
+
+    /// Applies a change of resource `res` (`is_namespace`: the Namespace resource) and returns
+    /// what it affects.
+    pub fn update(
+        &mut self,
+        res: usize,
+        is_namespace: bool,
+        ch: &Change<'_, DynamicObject>,
+    ) -> Affected {
+        let mut out = Affected::default();
+        let mut owners_before: Vec<String> = Vec::new();
+        if let Some(old) = ch.old.and_then(uid_of) {
+            owners_before = self
+                .nodes
+                .get(old)
+                .map(|n| n.owners.clone())
+                .unwrap_or_default();
+            self.remove(old);
+        }
+        let was_deleting = ch
+            .old
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+        let subject = ch.new.or(ch.old);
+        let Some(uid) = subject.and_then(uid_of).map(str::to_string) else {
+            return out;
+        };
+        let key = subject
+            .map(ObjectKey::of)
+            .unwrap_or_else(|| ObjectKey::new("", ""));
+        let mut owners_now: Vec<String> = Vec::new();
+        if let Some(new) = ch.new {
+            let deleting = new.metadata.deletion_timestamp.is_some();
+            owners_now = owner_uids(new);
+            for o in &owners_now {
+                self.dependents
+                    .entry(o.clone())
+                    .or_default()
+                    .insert(uid.clone());
+            }
+            if !key.namespace.is_empty() {
+                self.members
+                    .entry(key.namespace.clone())
+                    .or_default()
+                    .insert(uid.clone());
+            }
+            self.nodes.insert(
+                uid.clone(),
+                Node {
+                    res,
+                    key: key.clone(),
+                    owners: owners_now.clone(),
+                    deleting,
+                },
+            );
+            // The object itself: its owners may be gone, or it is an owner with work to do.
+            if !owners_now.is_empty() || (deleting && has_owner_finalizer(new)) {
+                out.uids.insert(uid.clone());
+            }
+            if deleting && is_namespace {
+                out.namespaces.insert(key.name.clone());
+            }
+        }
+        let gone_or_deleting = ch.new.is_none()
+            || (!was_deleting
+                && ch
+                    .new
+                    .is_some_and(|n| n.metadata.deletion_timestamp.is_some()));
+        if gone_or_deleting {
+            // Its dependents may now be dangling or waiting on a foreground deletion.
+            out.uids.extend(self.dependents(&uid));
+            if !key.namespace.is_empty() {
+                out.namespaces.insert(key.namespace.clone());
+            }
+        }
+        // Owners being deleted wait on their dependents (foreground, orphan).
+        for o in owners_before.iter().chain(owners_now.iter()) {
+            if self.nodes.get(o).is_some_and(|n| n.deleting) {
+                out.uids.insert(o.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Every watched resource, the graph, and the queues the changes feed.
 #[derive(Clone)]
 pub struct Caches {
     pub resources: Arc<Vec<Watched>>,
-    pub changed: Arc<Notify>,
+    pub graph: Arc<Mutex<Graph>>,
+    /// Uids for the garbage collector.
+    pub gc_queue: Arc<WorkQueue<String>>,
+    /// Namespace names for the namespace controller.
+    pub ns_queue: Arc<WorkQueue<String>>,
 }
 
 impl Caches {
@@ -45,72 +237,87 @@ impl Caches {
             .find(|w| w.ar.api_version == api_version && w.ar.kind == kind)
     }
 
-    /// Whether every informer has listed once.
-    pub async fn wait_ready(&self, stop: &CancellationToken) {
+    /// The graph; a panicking holder leaves it consistent (each update is applied whole or
+    /// not at all per map), so a poisoned lock is taken over.
+    pub fn graph(&self) -> MutexGuard<'_, Graph> {
+        self.graph.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cached object with `uid`.
+    pub fn object(&self, uid: &str) -> Option<(usize, Arc<DynamicObject>)> {
+        let n = self.graph().node(uid)?.clone();
+        let o = self.resources.get(n.res)?.get(&n.key)?;
+        Some((n.res, o))
+    }
+
+    /// Waits until every informer has listed once; false when `stop` fired first.
+    pub async fn wait_ready(&self, stop: &CancellationToken) -> bool {
         for w in self.resources.iter() {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => return false,
                 _ = w.store.wait_until_ready() => {}
             }
         }
+        true
     }
 }
 
 /// Discovers the resources that can be listed, watched and deleted, and starts an informer on
 /// each. Retries discovery until it succeeds or `stop` fires.
 pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Caches> {
+    let mut delay = Duration::from_millis(200);
     let discovery = loop {
         match Discovery::new(client.clone()).run().await {
             Ok(d) => break d,
             Err(e) => {
-                tracing::warn!("discovery failed: {e}");
+                tracing::warn!(retry_in = ?delay, "discovery failed: {e}");
                 tokio::select! {
                     _ = stop.cancelled() => return None,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
+                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     };
-    let changed = Arc::new(Notify::new());
+    let graph: Arc<Mutex<Graph>> = Arc::default();
+    let gc_queue: Arc<WorkQueue<String>> = Arc::default();
+    let ns_queue: Arc<WorkQueue<String>> = Arc::default();
     let mut resources = Vec::new();
     for group in discovery.groups() {
         for (ar, caps) in group.recommended_resources() {
             if !wanted(&ar, &caps) {
                 continue;
             }
-            let writer = reflector::store::Writer::new(ar.clone());
-            let reader = writer.as_reader();
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let notify = changed.clone();
-            let stop = stop.clone();
-            let plural = ar.plural.clone();
-            tokio::spawn(async move {
-                let stream = reflector::reflector(
-                    writer,
-                    watcher(api, watcher::Config::default()).default_backoff(),
-                );
-                futures::pin_mut!(stream);
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        ev = stream.next() => match ev {
-                            Some(Ok(_)) => notify.notify_one(),
-                            Some(Err(e)) => tracing::debug!("watch {plural}: {e}"),
-                            None => return,
-                        }
-                    }
-                }
-            });
+            let res = resources.len();
+            let is_namespace = ar.group.is_empty() && ar.kind == "Namespace";
+            let (g, gq, nq) = (graph.clone(), gc_queue.clone(), ns_queue.clone());
+            let store = runtime::reflect_with(
+                Api::<DynamicObject>::all_with(client.clone(), &ar),
+                watcher::Config::default(),
+                ar.clone(),
+                stop.clone(),
+                move |ch| {
+                    let affected = g.lock().unwrap_or_else(PoisonError::into_inner).update(
+                        res,
+                        is_namespace,
+                        &ch,
+                    );
+                    gq.extend(affected.uids);
+                    nq.extend(affected.namespaces);
+                },
+            );
             resources.push(Watched {
                 namespaced: caps.scope == Scope::Namespaced,
                 ar,
-                store: reader,
+                store,
             });
         }
     }
     Some(Caches {
         resources: Arc::new(resources),
-        changed,
+        graph,
+        gc_queue,
+        ns_queue,
     })
 }
 
@@ -120,4 +327,138 @@ fn wanted(ar: &ApiResource, caps: &ApiCapabilities) -> bool {
         && caps.supports_operation(verbs::WATCH)
         && caps.supports_operation(verbs::DELETE)
         && !ar.plural.contains('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::*;
+
+    fn obj(ns: &str, name: &str, owners: &[&str], deleting: bool, fins: &[&str]) -> DynamicObject {
+        let mut o = DynamicObject::new(
+            name,
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        o.metadata.namespace = (!ns.is_empty()).then(|| ns.to_string());
+        o.metadata.uid = Some(format!("u-{name}"));
+        o.metadata.owner_references = Some(
+            owners
+                .iter()
+                .map(|u| OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                    name: u.to_string(),
+                    uid: format!("u-{u}"),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        o.metadata.deletion_timestamp = deleting.then(|| Time(jiff::Timestamp::UNIX_EPOCH));
+        o.metadata.finalizers = Some(fins.iter().map(|f| f.to_string()).collect());
+        o
+    }
+
+    fn set(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn changes_enqueue_only_affected_uids() {
+        let mut g = Graph::default();
+        let owner = obj("ns", "owner", &[], false, &[]);
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: None,
+                new: Some(&owner),
+            },
+        );
+        assert_eq!(
+            a,
+            Affected::default(),
+            "an owner without work is not enqueued"
+        );
+        let dep = obj("ns", "dep", &["owner"], false, &[]);
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: None,
+                new: Some(&dep),
+            },
+        );
+        assert_eq!(a.uids, set(&["u-dep"]));
+        assert_eq!(g.dependents("u-owner"), vec!["u-dep".to_string()]);
+        // The owner starts a foreground deletion: itself and its dependents.
+        let owner2 = obj("ns", "owner", &[], true, &["foregroundDeletion"]);
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&owner),
+                new: Some(&owner2),
+            },
+        );
+        assert_eq!(a.uids, set(&["u-owner", "u-dep"]));
+        assert_eq!(a.namespaces, set(&["ns"]));
+        // The dependent goes: the waiting owner is looked at again.
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&dep),
+                new: None,
+            },
+        );
+        assert_eq!(a.uids, set(&["u-owner"]));
+        assert!(g.dependents("u-owner").is_empty());
+        // The owner goes.
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&owner2),
+                new: None,
+            },
+        );
+        assert!(a.uids.is_empty());
+        assert!(g.members("ns").is_empty());
+        assert!(g.node("u-owner").is_none());
+    }
+
+    #[test]
+    fn a_deleting_namespace_is_enqueued() {
+        let mut g = Graph::default();
+        let ns = obj("", "team", &[], true, &[]);
+        let a = g.update(
+            3,
+            true,
+            &Change {
+                old: None,
+                new: Some(&ns),
+            },
+        );
+        assert_eq!(a.namespaces, set(&["team"]));
+        let cm = obj("team", "cm", &[], false, &[]);
+        g.update(
+            0,
+            false,
+            &Change {
+                old: None,
+                new: Some(&cm),
+            },
+        );
+        assert_eq!(g.members("team"), vec!["u-cm".to_string()]);
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&cm),
+                new: None,
+            },
+        );
+        assert_eq!(a.namespaces, set(&["team"]));
+    }
 }

@@ -65,6 +65,66 @@ pub fn replica_set_diff(want: i32, active: &[PodView]) -> RsDiff {
     }
 }
 
+/// One candidate of a controller's claim (a pod for a ReplicaSet, a ReplicaSet for a
+/// Deployment), as upstream's `ControllerRefManager` sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The uid of its controller, if any.
+    pub controller_uid: Option<String>,
+    /// The owner's selector matches its labels.
+    pub matches: bool,
+    /// It has a deletionTimestamp.
+    pub deleting: bool,
+}
+
+/// What a claim decides for each candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Already ours and still selected.
+    Owned,
+    /// An orphan the selector matches: add our controller reference.
+    Adopt,
+    /// Ours but no longer selected: remove our reference (the object lives on, orphaned).
+    Release,
+    /// Someone else's, or not to be touched.
+    Ignore,
+}
+
+/// Upstream's `ClaimObject`: ours and matching → owned; ours and not matching → released
+/// (not while the owner itself is being deleted); an orphan matching → adopted (not by a
+/// deleting owner, not when the orphan is being deleted); another controller's → ignored.
+pub fn claim(owner_uid: &str, owner_deleting: bool, c: &Candidate) -> Claim {
+    match c.controller_uid.as_deref() {
+        Some(u) if u == owner_uid => {
+            if c.matches {
+                Claim::Owned
+            } else if owner_deleting || c.deleting {
+                Claim::Ignore
+            } else {
+                Claim::Release
+            }
+        }
+        Some(_) => Claim::Ignore,
+        None if c.matches && !owner_deleting && !c.deleting => Claim::Adopt,
+        None => Claim::Ignore,
+    }
+}
+
+/// Upstream's `slowStartBatch` sizes for `n` creations: 1, 2, 4, ... (the last one partial);
+/// the caller stops at the first batch with a failure.
+pub fn slow_start_batches(n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut left = n;
+    let mut size = 1;
+    while left > 0 {
+        let b = size.min(left);
+        out.push(b);
+        left -= b;
+        size *= 2;
+    }
+    out
+}
+
 /// Resolves an int-or-percent against `total`, rounding up or down.
 pub fn resolve(v: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
     let s = match v {
@@ -325,6 +385,104 @@ mod tests {
                 "{r} {u} {new:?} {old:?}"
             );
         }
+    }
+
+    #[test]
+    fn claim_table() {
+        let c = |uid: Option<&str>, matches: bool, deleting: bool| Candidate {
+            controller_uid: uid.map(String::from),
+            matches,
+            deleting,
+        };
+        // (owner deleting, candidate, want)
+        let cases = vec![
+            (false, c(Some("me"), true, false), Claim::Owned),
+            (true, c(Some("me"), true, false), Claim::Owned),
+            (false, c(Some("me"), false, false), Claim::Release),
+            (true, c(Some("me"), false, false), Claim::Ignore),
+            (false, c(Some("me"), false, true), Claim::Ignore),
+            (false, c(Some("other"), true, false), Claim::Ignore),
+            (false, c(Some("other"), false, false), Claim::Ignore),
+            (false, c(None, true, false), Claim::Adopt),
+            (true, c(None, true, false), Claim::Ignore),
+            (false, c(None, true, true), Claim::Ignore),
+            (false, c(None, false, false), Claim::Ignore),
+        ];
+        for (deleting, cand, want) in cases {
+            assert_eq!(claim("me", deleting, &cand), want, "{deleting} {cand:?}");
+        }
+    }
+
+    #[test]
+    fn slow_start_table() {
+        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
+        assert_eq!(slow_start_batches(1), vec![1]);
+        assert_eq!(slow_start_batches(5), vec![1, 2, 2]);
+        assert_eq!(slow_start_batches(10), vec![1, 2, 4, 3]);
+        assert_eq!(slow_start_batches(500).iter().sum::<usize>(), 500);
+    }
+
+    #[test]
+    fn percentages_round_as_upstream() {
+        // maxSurge rounds up, maxUnavailable down (intstr.GetScaledValueFromIntOrPercent).
+        let s = |x: &str| IntOrString::String(x.into());
+        let cases = vec![
+            ("25%", 1, (1, 0)),
+            ("25%", 3, (1, 0)),
+            ("25%", 5, (2, 1)),
+            ("33%", 10, (4, 3)),
+            ("10%", 9, (1, 0)),
+            ("0%", 10, (0, 0)),
+            ("150%", 2, (3, 3)),
+        ];
+        for (pct, total, (up, down)) in cases {
+            assert_eq!(
+                resolve(Some(&s(pct)), total, true, "25%"),
+                up,
+                "{pct} of {total} up"
+            );
+            assert_eq!(
+                resolve(Some(&s(pct)), total, false, "25%"),
+                down,
+                "{pct} of {total} down"
+            );
+        }
+        // Defaults 25%/25% for 1 replica: surge 1, unavailable 0.
+        assert_eq!(surge_unavailable(None, None, 1), (1, 0));
+        // 0%/0% would block the rollout: one unavailable.
+        assert_eq!(
+            surge_unavailable(Some(&s("0%")), Some(&s("0%")), 10),
+            (0, 1)
+        );
+    }
+
+    /// A full rolling update, step by step, with every new pod becoming available at once:
+    /// 4 replicas, maxSurge 1, maxUnavailable 1 ends with the new set at 4, the old at 0, and
+    /// never more than 5 pods or fewer than 3 available.
+    #[test]
+    fn rolling_update_converges_within_bounds() {
+        let (replicas, surge, unavail) = (4, 1, 1);
+        let mut new = st(0, 0);
+        let mut old = vec![st(4, 4)];
+        for _ in 0..20 {
+            let mut all = old.clone();
+            all.push(new.clone());
+            let n = rolling_new_replicas(replicas, surge, &new, &all);
+            if n != new.replicas {
+                new = st(n, n);
+            } else {
+                let outs = rolling_scale_down_old(replicas, unavail, &new, &old);
+                for (o, n) in old.iter_mut().zip(outs) {
+                    *o = st(n, n.min(o.available));
+                }
+            }
+            let total: i32 = old.iter().map(|o| o.replicas).sum::<i32>() + new.replicas;
+            let available: i32 = old.iter().map(|o| o.available).sum::<i32>() + new.available;
+            assert!(total <= replicas + surge, "{total} pods");
+            assert!(available >= replicas - unavail, "{available} available");
+        }
+        assert_eq!(new, st(4, 4));
+        assert_eq!(old, vec![st(0, 0)]);
     }
 
     #[test]

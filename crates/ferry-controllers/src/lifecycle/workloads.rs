@@ -1,31 +1,36 @@
-//! The ReplicaSet and Deployment controllers: informers on Deployments, ReplicaSets and Pods;
-//! every change runs one reconcile round over all of them. Writes are remembered
-//! ("expectations", as upstream) so that a lagging cache never causes duplicate pods or a second
-//! scale-down.
+//! The ReplicaSet and Deployment controllers on the controller runtime ([`crate::runtime`]):
+//! reflector stores of Deployments, ReplicaSets and Pods; a change enqueues only the keys it
+//! affects (a pod → its ReplicaSet, or the ReplicaSets selecting an orphan, and that
+//! ReplicaSet's Deployment; a ReplicaSet → itself and its Deployment); workers sync one key at a
+//! time from the stores, using the pure decisions of [`super::workload_core`], and issue the
+//! writes of a key concurrently. Writes are remembered ("expectations", as upstream) so that a
+//! lagging cache never causes duplicate pods or a second scale-down.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::workload_core::{self as core, PodView, RsDiff, RsState};
+use super::workload_core::{self as core, Candidate, Claim, PodView, RsDiff, RsState};
+use crate::runtime::{self, Action, ControllerIndex, ObjectKey, Reconciler, WorkQueue, keys};
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const DESIRED: &str = "deployment.kubernetes.io/desired-replicas";
 pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 pub const HASH_LABEL: &str = "pod-template-hash";
 const EXPECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upstream's `--concurrent-replicaset-syncs` and `--concurrent-deployment-syncs` defaults.
+const WORKERS: usize = 5;
 
 /// Pending writes of one controller object.
 #[derive(Default)]
@@ -42,45 +47,165 @@ struct Workloads {
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
     pods: Store<Pod>,
-    expect: HashMap<String, Expect>,
+    /// Pods by controller uid, orphans by namespace.
+    pod_index: Arc<ControllerIndex>,
+    /// ReplicaSets by controller uid, orphans by namespace.
+    rs_index: Arc<ControllerIndex>,
+    /// Owner uid -> writes not yet seen in the stores.
+    expect: Mutex<HashMap<String, Expect>>,
+}
+
+/// The ReplicaSet controller's reconciler.
+struct ReplicaSets(Arc<Workloads>);
+/// The Deployment controller's reconciler.
+struct Deployments(Arc<Workloads>);
+
+impl Reconciler for ReplicaSets {
+    type Key = ObjectKey;
+    type Error = kube::Error;
+    fn name(&self) -> &'static str {
+        "replicaset-controller"
+    }
+    async fn reconcile(&self, key: &ObjectKey) -> kube::Result<Action> {
+        match key.get(&self.0.replica_sets) {
+            Some(rs) => self.0.sync_replica_set(&rs).await,
+            None => Ok(Action::Done),
+        }
+    }
+}
+
+impl Reconciler for Deployments {
+    type Key = ObjectKey;
+    type Error = kube::Error;
+    fn name(&self) -> &'static str {
+        "deployment-controller"
+    }
+    async fn reconcile(&self, key: &ObjectKey) -> kube::Result<Action> {
+        match key.get(&self.0.deployments) {
+            Some(d) => self.0.sync_deployment(&d).await,
+            None => Ok(Action::Done),
+        }
+    }
+}
+
+fn rs_selects(rs: &ReplicaSet, labels: &BTreeMap<String, String>) -> bool {
+    selector_matches(&rs.spec.selector, labels)
+}
+
+fn deployment_selects(d: &Deployment, labels: &BTreeMap<String, String>) -> bool {
+    selector_matches(&d.spec.selector, labels)
 }
 
 pub async fn run(client: kube::Client, stop: CancellationToken) {
-    let notify = Arc::new(Notify::new());
-    let mut w = Workloads {
-        deployments: super::informer(&client, notify.clone(), stop.clone()),
-        replica_sets: super::informer(&client, notify.clone(), stop.clone()),
-        pods: super::informer(&client, notify.clone(), stop.clone()),
-        client,
-        expect: HashMap::new(),
+    let rs_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
+    let d_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
+    let pod_index: Arc<ControllerIndex> = Arc::default();
+    let rs_index: Arc<ControllerIndex> = Arc::default();
+    let cfg = watcher::Config::default;
+    let deployments = {
+        let q = d_queue.clone();
+        runtime::reflect(
+            Api::<Deployment>::all(client.clone()),
+            cfg(),
+            stop.clone(),
+            move |ch| {
+                for d in ch.objects() {
+                    q.add(ObjectKey::of(d));
+                }
+            },
+        )
     };
-    for ready in [
-        w.deployments.wait_until_ready().boxed(),
-        w.replica_sets.wait_until_ready().boxed(),
-        w.pods.wait_until_ready().boxed(),
-    ] {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ready => {}
-        }
+    let replica_sets = {
+        let (rq, dq, ix, ds) = (
+            rs_queue.clone(),
+            d_queue.clone(),
+            rs_index.clone(),
+            deployments.clone(),
+        );
+        runtime::reflect(
+            Api::<ReplicaSet>::all(client.clone()),
+            cfg(),
+            stop.clone(),
+            move |ch| {
+                ix.update(&ch);
+                for rs in ch.objects() {
+                    rq.add(ObjectKey::of(rs));
+                    match keys::controller_ref(&rs.metadata) {
+                        Some(_) => dq.extend(keys::controller_key::<Deployment>(&rs.metadata)),
+                        None => dq.extend(keys::selecting(
+                            &ds,
+                            rs.metadata.namespace.as_deref().unwrap_or(""),
+                            rs.labels(),
+                            deployment_selects,
+                        )),
+                    }
+                }
+            },
+        )
+    };
+    let pods = {
+        let (rq, dq, ix, rss) = (
+            rs_queue.clone(),
+            d_queue.clone(),
+            pod_index.clone(),
+            replica_sets.clone(),
+        );
+        runtime::reflect(
+            Api::<Pod>::all(client.clone()),
+            cfg(),
+            stop.clone(),
+            move |ch| {
+                ix.update(&ch);
+                for p in ch.objects() {
+                    match keys::controller_ref(&p.metadata) {
+                        Some(_) => {
+                            let Some(k) = keys::controller_key::<ReplicaSet>(&p.metadata) else {
+                                continue;
+                            };
+                            // The Deployment reads its pods' availability too.
+                            if let Some(rs) = k.get(&rss) {
+                                dq.extend(keys::controller_key::<Deployment>(&rs.metadata));
+                            }
+                            rq.add(k);
+                        }
+                        None => rq.extend(keys::selecting(
+                            &rss,
+                            p.metadata.namespace.as_deref().unwrap_or(""),
+                            p.labels(),
+                            rs_selects,
+                        )),
+                    }
+                }
+            },
+        )
+    };
+    let synced = async {
+        deployments.wait_until_ready().await.is_ok()
+            && replica_sets.wait_until_ready().await.is_ok()
+            && pods.wait_until_ready().await.is_ok()
+    };
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        ok = synced => if !ok { return },
     }
-    loop {
-        w.round().await;
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = notify.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
-}
-
-fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
-    meta.owner_references
-        .as_deref()
-        .unwrap_or(&[])
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.as_str())
+    let w = Arc::new(Workloads {
+        client,
+        deployments,
+        replica_sets,
+        pods,
+        pod_index,
+        rs_index,
+        expect: Mutex::default(),
+    });
+    tokio::join!(
+        runtime::worker::run(
+            Arc::new(ReplicaSets(w.clone())),
+            rs_queue,
+            WORKERS,
+            stop.clone()
+        ),
+        runtime::worker::run(Arc::new(Deployments(w)), d_queue, WORKERS, stop),
+    );
 }
 
 fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
@@ -201,120 +326,155 @@ fn revision(rs: &ReplicaSet) -> i64 {
         .unwrap_or(0)
 }
 
+/// The patch adding `owner` as controller of an object (resourceVersion precondition).
+fn adopt_patch<O: Resource<DynamicType = ()>>(meta: &ObjectMeta, owner: &O) -> Value {
+    let mut refs = meta.owner_references.clone().unwrap_or_default();
+    refs.push(controller_ref(owner));
+    json!({"metadata": {"ownerReferences": refs, "resourceVersion": meta.resource_version}})
+}
+
+/// The patch removing the reference to `owner_uid` (upstream's release).
+fn release_patch(meta: &ObjectMeta, owner_uid: &str) -> Value {
+    let keep: Vec<&OwnerReference> = meta
+        .owner_references
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .filter(|r| r.uid != owner_uid)
+        .collect();
+    json!({"metadata": {
+        "ownerReferences": if keep.is_empty() { Value::Null } else { json!(keep) },
+        "resourceVersion": meta.resource_version,
+    }})
+}
+
+/// Adopts and releases `candidates` for an owner (upstream's `ClaimPods`/`ClaimReplicaSets`),
+/// the patches of one claim issued concurrently; returns the objects owned afterwards.
+async fn claim_all<K, O>(
+    api: &Api<K>,
+    owner: &O,
+    selects: impl Fn(&K) -> bool,
+    candidates: Vec<Arc<K>>,
+) -> Vec<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    O: Resource<DynamicType = ()>,
+{
+    let owner_uid = owner.meta().uid.clone().unwrap_or_default();
+    let owner_deleting = owner.meta().deletion_timestamp.is_some();
+    let mut owned = Vec::new();
+    let mut patches = Vec::new();
+    for c in candidates {
+        let view = Candidate {
+            controller_uid: keys::controller_ref(c.meta()).map(|r| r.uid.clone()),
+            matches: selects(&c),
+            deleting: c.meta().deletion_timestamp.is_some(),
+        };
+        match core::claim(&owner_uid, owner_deleting, &view) {
+            Claim::Owned => owned.push(c),
+            Claim::Adopt => patches.push((adopt_patch(c.meta(), owner), true, c)),
+            Claim::Release => patches.push((release_patch(c.meta(), &owner_uid), false, c)),
+            Claim::Ignore => {}
+        }
+    }
+    let done = futures::future::join_all(patches.into_iter().map(|(p, adopt, c)| async move {
+        let name = c.meta().name.clone().unwrap_or_default();
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+        {
+            Ok(o) => adopt.then(|| Arc::new(o)),
+            Err(e) => {
+                tracing::info!(
+                    "{} {name}: {}: {e}",
+                    K::kind(&()),
+                    if adopt { "adopt" } else { "release" }
+                );
+                None
+            }
+        }
+    }))
+    .await;
+    owned.extend(done.into_iter().flatten());
+    owned
+}
+
 impl Workloads {
-    fn expectations_met(&mut self, uid: &str, ns: &str) -> bool {
-        let Some(e) = self.expect.get(uid) else {
+    fn expectations(&self) -> MutexGuard<'_, HashMap<String, Expect>> {
+        self.expect.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn expectations_met(&self, uid: &str, ns: &str) -> bool {
+        let mut ex = self.expectations();
+        // Expectations of owners that went away expire as upstream's (by time).
+        ex.retain(|_, e| e.since.is_none_or(|s| s.elapsed() <= EXPECT_TIMEOUT));
+        let Some(e) = ex.get(uid) else {
             return true;
         };
-        if e.since.is_some_and(|s| s.elapsed() > EXPECT_TIMEOUT) {
-            self.expect.remove(uid);
-            return true;
-        }
-        let pods = &self.pods;
-        let rss = &self.replica_sets;
-        let pod_in_cache = |name: &str| pods.get(&reflector::ObjectRef::new(name).within(ns));
-        let created = e.created.iter().all(|n| pod_in_cache(n).is_some());
+        let pod = |name: &str| ObjectKey::new(ns, name).get(&self.pods);
+        let created = e.created.iter().all(|n| pod(n).is_some());
         let deleted = e
             .deleted
             .iter()
-            .all(|n| pod_in_cache(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some()));
+            .all(|n| pod(n).is_none_or(|p| p.metadata.deletion_timestamp.is_some()));
         let versions = e.rs_versions.iter().all(|(n, v)| {
-            rss.get(&reflector::ObjectRef::new(n).within(ns))
+            ObjectKey::new(ns, n)
+                .get(&self.replica_sets)
                 .is_some_and(|r| rv(&r.metadata) >= *v)
         });
-        if created && deleted && versions {
-            self.expect.remove(uid);
-            true
-        } else {
-            false
+        let met = created && deleted && versions;
+        if met {
+            ex.remove(uid);
         }
+        met
     }
 
-    async fn round(&mut self) {
-        let pods = self.pods.state();
-        let mut by_owner: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-        let mut orphans: HashMap<String, Vec<Arc<Pod>>> = HashMap::new();
-        for p in &pods {
-            match controller_uid(&p.metadata) {
-                Some(u) => by_owner.entry(u.to_string()).or_default().push(p.clone()),
-                None => orphans
-                    .entry(p.namespace().unwrap_or_default())
-                    .or_default()
-                    .push(p.clone()),
-            }
-        }
-        for rs in self.replica_sets.state() {
-            if let Err(e) = self.sync_replica_set(&rs, &by_owner, &orphans).await {
-                tracing::debug!("replicaset {}: {e}", rs.name_any());
-            }
-        }
-        let rss = self.replica_sets.state();
-        let mut rs_by_owner: HashMap<String, Vec<Arc<ReplicaSet>>> = HashMap::new();
-        for rs in &rss {
-            if let Some(u) = controller_uid(&rs.metadata) {
-                rs_by_owner
-                    .entry(u.to_string())
-                    .or_default()
-                    .push(rs.clone());
-            }
-        }
-        for d in self.deployments.state() {
-            if let Err(e) = self.sync_deployment(&d, &rs_by_owner, &by_owner).await {
-                tracing::debug!("deployment {}: {e}", d.name_any());
-            }
-        }
+    fn set_expectations(&self, uid: &str, e: Expect) {
+        self.expectations().insert(uid.to_string(), e);
     }
 
-    async fn sync_replica_set(
-        &mut self,
-        rs: &ReplicaSet,
-        by_owner: &HashMap<String, Vec<Arc<Pod>>>,
-        orphans: &HashMap<String, Vec<Arc<Pod>>>,
-    ) -> kube::Result<()> {
+    fn pods_of(&self, uid: &str) -> Vec<Arc<Pod>> {
+        self.pod_index
+            .controlled_by(uid)
+            .iter()
+            .filter_map(|k| k.get(&self.pods))
+            .collect()
+    }
+
+    async fn sync_replica_set(&self, rs: &ReplicaSet) -> kube::Result<Action> {
         let uid = rs.uid().unwrap_or_default();
         let ns = rs.namespace().unwrap_or_default();
         let name = rs.name_any();
-        let Some(spec) = Some(&rs.spec) else {
-            return Ok(());
-        };
+        let spec = &rs.spec;
         let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let deleting = rs.metadata.deletion_timestamp.is_some();
-        let owned: Vec<Arc<Pod>> = by_owner.get(&uid).cloned().unwrap_or_default();
-        let active: Vec<&Arc<Pod>> = owned
+        let owned: Vec<Arc<Pod>> = self.pods_of(&uid);
+        let is_active = |p: &Pod| p.metadata.deletion_timestamp.is_none() && !is_terminal(p);
+        // Claim the active pods: ours and the namespace's orphans (upstream claims only
+        // active pods).
+        let candidates: Vec<Arc<Pod>> = owned
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_terminal(p))
+            .cloned()
+            .chain(
+                self.pod_index
+                    .orphans_in(&ns)
+                    .iter()
+                    .filter_map(|k| k.get(&self.pods)),
+            )
+            .filter(|p| is_active(p))
             .collect();
+        let active: Vec<Arc<Pod>> = claim_all(
+            &pods_api,
+            rs,
+            |p: &Pod| selector_matches(&spec.selector, p.labels()),
+            candidates,
+        )
+        .await;
         // Some(None): creations succeeded or were not needed; Some(Some(e)): a creation failed.
         let mut failure: Option<Option<String>> = None;
-        if !deleting && self.expectations_met(&uid, &ns) {
-            // Adopt matching orphans.
-            let mut adopted = 0;
-            for p in orphans.get(&ns).map(Vec::as_slice).unwrap_or(&[]) {
-                if p.metadata.deletion_timestamp.is_some()
-                    || is_terminal(p)
-                    || !selector_matches(&spec.selector, p.labels())
-                {
-                    continue;
-                }
-                let mut refs = p.metadata.owner_references.clone().unwrap_or_default();
-                refs.push(controller_ref(rs));
-                let patch = json!({"metadata": {"ownerReferences": refs,
-                    "resourceVersion": p.metadata.resource_version}});
-                if pods_api
-                    .patch(
-                        &p.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .is_ok()
-                {
-                    adopted += 1;
-                }
-            }
-            if adopted > 0 {
-                return Ok(());
-            }
+        let mut write_error: Option<kube::Error> = None;
+        let met = self.expectations_met(&uid, &ns);
+        if !deleting && met {
             let views: Vec<PodView> = active.iter().map(|p| pod_view(p)).collect();
             match core::replica_set_diff(spec.replicas.unwrap_or(1), &views) {
                 RsDiff::None => failure = Some(None),
@@ -324,70 +484,95 @@ impl Workloads {
                         ..Default::default()
                     };
                     let template = spec.template.clone().unwrap_or_default();
-                    for _ in 0..n {
-                        let tm = template.metadata.clone().unwrap_or_default();
-                        let pod = Pod {
-                            metadata: ObjectMeta {
-                                generate_name: Some(format!("{name}-")),
-                                namespace: Some(ns.clone()),
-                                labels: tm.labels.clone(),
-                                annotations: tm.annotations.clone(),
-                                finalizers: tm.finalizers.clone(),
-                                owner_references: Some(vec![controller_ref(rs)]),
-                                ..Default::default()
-                            },
-                            spec: template.spec.clone(),
-                            status: None,
-                        };
-                        match pods_api.create(&PostParams::default(), &pod).await {
-                            Ok(p) => {
-                                super::events::record(
-                                    &self.client,
-                                    super::events::reference(rs),
-                                    "Normal",
-                                    "SuccessfulCreate",
-                                    format!("Created pod: {}", p.name_any()),
-                                    "replicaset-controller",
-                                );
-                                e.created.insert(p.name_any());
+                    let tm = template.metadata.clone().unwrap_or_default();
+                    let pod = Pod {
+                        metadata: ObjectMeta {
+                            generate_name: Some(format!("{name}-")),
+                            namespace: Some(ns.clone()),
+                            labels: tm.labels.clone(),
+                            annotations: tm.annotations.clone(),
+                            finalizers: tm.finalizers.clone(),
+                            owner_references: Some(vec![controller_ref(rs)]),
+                            ..Default::default()
+                        },
+                        spec: template.spec.clone(),
+                        status: None,
+                    };
+                    let post = PostParams::default();
+                    // Upstream's slow start: batches of 1, 2, 4, ... issued concurrently;
+                    // the first failing batch stops the rest.
+                    'batches: for size in core::slow_start_batches(n) {
+                        let results = futures::future::join_all(
+                            (0..size).map(|_| pods_api.create(&post, &pod)),
+                        )
+                        .await;
+                        let mut failed = false;
+                        for r in results {
+                            match r {
+                                Ok(p) => {
+                                    super::events::record(
+                                        &self.client,
+                                        super::events::reference(rs),
+                                        "Normal",
+                                        "SuccessfulCreate",
+                                        format!("Created pod: {}", p.name_any()),
+                                        "replicaset-controller",
+                                    );
+                                    e.created.insert(p.name_any());
+                                }
+                                Err(err) => {
+                                    failure = Some(Some(match &err {
+                                        kube::Error::Api(s) => s.message.clone(),
+                                        e => e.to_string(),
+                                    }));
+                                    write_error.get_or_insert(err);
+                                    failed = true;
+                                }
                             }
-                            Err(err) => {
-                                tracing::info!("replicaset {ns}/{name}: create pod: {err}");
-                                failure = Some(Some(match &err {
-                                    kube::Error::Api(s) => s.message.clone(),
-                                    e => e.to_string(),
-                                }));
-                                break;
-                            }
+                        }
+                        if failed {
+                            break 'batches;
                         }
                     }
                     if failure.is_none() {
                         failure = Some(None);
                     }
-                    self.expect.insert(uid.clone(), e);
+                    self.set_expectations(&uid, e);
                 }
                 RsDiff::Delete(names) => {
                     let mut e = Expect {
                         since: Some(Instant::now()),
                         ..Default::default()
                     };
-                    for n in names {
-                        if pods_api.delete(&n, &DeleteParams::default()).await.is_ok() {
-                            super::events::record(
-                                &self.client,
-                                super::events::reference(rs),
-                                "Normal",
-                                "SuccessfulDelete",
-                                format!("Deleted pod: {n}"),
-                                "replicaset-controller",
-                            );
-                            e.deleted.insert(n);
+                    let results = futures::future::join_all(names.iter().map(|n| {
+                        let api = &pods_api;
+                        async move { (n, api.delete(n, &DeleteParams::default()).await) }
+                    }))
+                    .await;
+                    for (n, r) in results {
+                        match r {
+                            Ok(_) => {
+                                super::events::record(
+                                    &self.client,
+                                    super::events::reference(rs),
+                                    "Normal",
+                                    "SuccessfulDelete",
+                                    format!("Deleted pod: {n}"),
+                                    "replicaset-controller",
+                                );
+                                e.deleted.insert(n.clone());
+                            }
+                            Err(kube::Error::Api(s)) if s.code == 404 => {}
+                            Err(err) => {
+                                write_error.get_or_insert(err);
+                            }
                         }
                     }
-                    self.expect.insert(uid.clone(), e);
+                    self.set_expectations(&uid, e);
                 }
             }
         }
+        let active: Vec<&Arc<Pod>> = active.iter().collect();
         // Status.
         let min_ready = spec.min_ready_seconds.unwrap_or(0);
         let template_labels = spec
@@ -470,33 +655,58 @@ impl Workloads {
             )
             .await?;
         }
-        Ok(())
+        if let Some(e) = write_error {
+            return Err(e);
+        }
+        if !met {
+            // Our writes are not all in the stores yet: their events requeue the key; this
+            // is the fallback when one never shows up.
+            return Ok(Action::RequeueAfter(EXPECT_TIMEOUT));
+        }
+        // Pods ready but not yet available for minReadySeconds: look again when the first
+        // becomes available (upstream requeues after minReadySeconds).
+        let now = now_secs();
+        let next_available = active
+            .iter()
+            .filter_map(|p| ready_since(p))
+            .map(|t| t + i64::from(min_ready) - now)
+            .filter(|wait| *wait > 0)
+            .min();
+        Ok(match next_available {
+            Some(wait) => Action::RequeueAfter(Duration::from_secs(wait.unsigned_abs() + 1)),
+            None => Action::Done,
+        })
     }
 
-    async fn sync_deployment(
-        &mut self,
-        d: &Deployment,
-        rs_by_owner: &HashMap<String, Vec<Arc<ReplicaSet>>>,
-        pods_by_owner: &HashMap<String, Vec<Arc<Pod>>>,
-    ) -> kube::Result<()> {
-        if d.metadata.deletion_timestamp.is_some() {
-            return Ok(());
-        }
+    async fn sync_deployment(&self, d: &Deployment) -> kube::Result<Action> {
         let uid = d.uid().unwrap_or_default();
         let ns = d.namespace().unwrap_or_default();
         let name = d.name_any();
-        let Some(spec) = Some(&d.spec) else {
-            return Ok(());
-        };
-        if !self.expectations_met(&uid, &ns) {
-            return Ok(());
-        }
+        let spec = &d.spec;
         let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
+        // Claim ReplicaSets: ours and the namespace's orphans the selector matches.
+        let candidates: Vec<Arc<ReplicaSet>> = self
+            .rs_index
+            .controlled_by(&uid)
+            .iter()
+            .chain(self.rs_index.orphans_in(&ns).iter())
+            .filter_map(|k| k.get(&self.replica_sets))
+            .collect();
+        let claimed = claim_all(
+            &rs_api,
+            d,
+            |r: &ReplicaSet| selector_matches(&spec.selector, r.labels()),
+            candidates,
+        )
+        .await;
+        if d.metadata.deletion_timestamp.is_some() {
+            return Ok(Action::Done);
+        }
+        if !self.expectations_met(&uid, &ns) {
+            return Ok(Action::RequeueAfter(EXPECT_TIMEOUT));
+        }
         let replicas = spec.replicas.unwrap_or(1);
-        let mut owned: Vec<Arc<ReplicaSet>> = rs_by_owner
-            .get(&uid)
-            .cloned()
-            .unwrap_or_default()
+        let mut owned: Vec<Arc<ReplicaSet>> = claimed
             .into_iter()
             .filter(|r| r.metadata.deletion_timestamp.is_none())
             .collect();
@@ -551,18 +761,15 @@ impl Workloads {
         };
         let min_ready = spec.min_ready_seconds.unwrap_or(0);
         let available_of = |r: &ReplicaSet| -> i32 {
-            let n = pods_by_owner
-                .get(&r.uid().unwrap_or_default())
-                .map(|ps| {
-                    ps.iter()
-                        .filter(|p| {
-                            p.metadata.deletion_timestamp.is_none()
-                                && !is_terminal(p)
-                                && is_available(p, min_ready)
-                        })
-                        .count()
+            let n = self
+                .pods_of(&r.uid().unwrap_or_default())
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && !is_terminal(p)
+                        && is_available(p, min_ready)
                 })
-                .unwrap_or(0);
+                .count();
             let spec_r = Some(&r.spec).and_then(|s| s.replicas).unwrap_or(1);
             i32::try_from(n).unwrap_or(i32::MAX).min(spec_r)
         };
@@ -684,8 +891,8 @@ impl Workloads {
                             );
                         }
                         expect.rs_versions.insert(r.name_any(), rv(&r.metadata));
-                        self.expect.insert(uid.clone(), expect);
-                        return Ok(());
+                        self.set_expectations(&uid, expect);
+                        return Ok(Action::Done);
                     }
                     Err(kube::Error::Api(s)) if s.code == 409 => {
                         // A hash collision with a ReplicaSet that is not ours: bump the count.
@@ -697,7 +904,7 @@ impl Workloads {
                             &Patch::Merge(json!({"status": {"collisionCount": c}})),
                         )
                         .await?;
-                        return Ok(());
+                        return Ok(Action::Done);
                     }
                     Err(e) => return Err(e),
                 }
@@ -714,10 +921,10 @@ impl Workloads {
                 let old_active: usize = olds
                     .iter()
                     .map(|r| {
-                        pods_by_owner
-                            .get(&r.uid().unwrap_or_default())
-                            .map(|ps| ps.iter().filter(|p| !is_terminal(p)).count())
-                            .unwrap_or(0)
+                        self.pods_of(&r.uid().unwrap_or_default())
+                            .iter()
+                            .filter(|p| !is_terminal(p))
+                            .count()
                     })
                     .sum();
                 for (r, s) in olds.iter().zip(olds_state.iter()) {
@@ -747,31 +954,46 @@ impl Workloads {
                     }
                 }
             }
-            for (rs_name, n, cur) in &writes {
-                super::events::record(
-                    &self.client,
-                    super::events::reference(d),
-                    "Normal",
-                    "ScalingReplicaSet",
-                    format!(
-                        "Scaled {} replica set {rs_name} from {cur} to {n}",
-                        if n > cur { "up" } else { "down" }
-                    ),
-                    "deployment-controller",
-                );
-                let mut ann = json!({DESIRED: replicas.to_string(), MAX_REPLICAS: (replicas + surge).to_string()});
-                if *rs_name != new_rs.name_any() {
-                    ann = json!({});
-                }
-                let p = json!({"metadata": {"annotations": ann}, "spec": {"replicas": n}});
-                let r = rs_api
-                    .patch(rs_name, &PatchParams::default(), &Patch::Merge(&p))
-                    .await?;
-                expect.rs_versions.insert(r.name_any(), rv(&r.metadata));
-            }
             if !writes.is_empty() {
-                self.expect.insert(uid.clone(), expect);
-                return Ok(());
+                // One key's scale writes, issued concurrently.
+                let new_name = new_rs.name_any();
+                let result = runtime::execute_all(writes, |(rs_name, n, cur)| {
+                    let (api, d, new_name) = (&rs_api, &d, &new_name);
+                    async move {
+                        let ann = if rs_name == *new_name {
+                            json!({DESIRED: replicas.to_string(), MAX_REPLICAS: (replicas + surge).to_string()})
+                        } else {
+                            json!({})
+                        };
+                        let p = json!({"metadata": {"annotations": ann}, "spec": {"replicas": n}});
+                        let r = api
+                            .patch(&rs_name, &PatchParams::default(), &Patch::Merge(&p))
+                            .await?;
+                        super::events::record(
+                            &self.client,
+                            super::events::reference(*d),
+                            "Normal",
+                            "ScalingReplicaSet",
+                            format!(
+                                "Scaled {} replica set {rs_name} from {cur} to {n}",
+                                if n > cur { "up" } else { "down" }
+                            ),
+                            "deployment-controller",
+                        );
+                        Ok::<_, kube::Error>((r.name_any(), rv(&r.metadata)))
+                    }
+                })
+                .await;
+                let (done, err) = match result {
+                    Ok(done) => (done, None),
+                    Err(e) => (Vec::new(), Some(e.first)),
+                };
+                expect.rs_versions.extend(done);
+                self.set_expectations(&uid, expect);
+                return match err {
+                    Some(e) => Err(e),
+                    None => Ok(Action::Done),
+                };
             }
             // Old revisions beyond revisionHistoryLimit.
             let limit =
@@ -823,7 +1045,7 @@ impl Workloads {
         max_unavailable: i32,
         _available_of: impl Fn(&ReplicaSet) -> i32,
         created_new: bool,
-    ) -> kube::Result<()> {
+    ) -> kube::Result<Action> {
         let spec = Some(&d.spec);
         let replicas = spec.and_then(|s| s.replicas).unwrap_or(1);
         let paused = spec.and_then(|s| s.paused) == Some(true);
@@ -993,7 +1215,19 @@ impl Workloads {
             )
             .await?;
         }
-        Ok(())
+        // A rollout in progress is looked at again when its progress deadline passes (upstream
+        // requeues stuck deployments after progressDeadlineSeconds).
+        let complete =
+            updated == replicas && available >= replicas && old_pods == 0 && total == replicas;
+        if complete || paused || new_rs.is_none() {
+            return Ok(Action::Done);
+        }
+        let deadline = spec
+            .and_then(|s| s.progress_deadline_seconds)
+            .unwrap_or(600);
+        Ok(Action::RequeueAfter(Duration::from_secs(
+            u64::try_from(deadline.max(0)).unwrap_or(600) + 1,
+        )))
     }
 }
 

@@ -21,6 +21,8 @@
 //!   the store shows the change; a relist reports only what changed or vanished.
 //! * [`keys`]: [`keys::ObjectKey`] and the mappings from a watched object to the keys it
 //!   affects — itself, its controller/owners by `ownerReferences`, owners selecting its labels.
+//! * [`index::ControllerIndex`]: objects by controller uid and orphans by namespace, fed from
+//!   the same changes, so a sync reads only its own objects.
 //! * [`worker::Reconciler`] + [`worker::run`]: N workers; errors are logged at warn with the
 //!   backoff; [`worker::execute_all`] issues one key's writes concurrently.
 //!
@@ -33,13 +35,15 @@
 //! of one main kind only; the queue here is ~200 lines with client-go's semantics and tests on
 //! a paused clock. The reflector and watcher (with `default_backoff`) are kube-runtime's.
 
+pub mod index;
 pub mod keys;
 pub mod limiter;
 pub mod queue;
 pub mod reflect;
 pub mod worker;
 
+pub use index::ControllerIndex;
 pub use keys::ObjectKey;
 pub use queue::WorkQueue;
-pub use reflect::{Change, reflect};
+pub use reflect::{Change, reflect, reflect_with};
 pub use worker::{Action, Reconciler, execute_all};

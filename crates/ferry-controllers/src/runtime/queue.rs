@@ -94,6 +94,13 @@ impl<K: QueueKey> WorkQueue<K> {
         }
     }
 
+    /// Queues every key of `keys`.
+    pub fn extend(&self, keys: impl IntoIterator<Item = K>) {
+        for k in keys {
+            self.add(k);
+        }
+    }
+
     /// Queues `key` after `delay`; an earlier pending delay of the same key wins.
     pub fn add_after(&self, key: K, delay: Duration) {
         if delay.is_zero() {

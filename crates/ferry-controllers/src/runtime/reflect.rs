@@ -7,9 +7,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -50,15 +50,33 @@ pub fn reflect<K, F>(
     api: Api<K>,
     config: watcher::Config,
     stop: CancellationToken,
-    mut on_change: F,
+    on_change: F,
 ) -> Store<K>
 where
     K: Reflected,
     F: FnMut(Change<'_, K>) + Send + 'static,
 {
-    let (reader, mut writer) = reflector::store::<K>();
+    reflect_with(api, config, (), stop, on_change)
+}
+
+/// [`reflect`] for kinds known at run time (e.g. `DynamicObject` with its `ApiResource`).
+pub fn reflect_with<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    stop: CancellationToken,
+    mut on_change: F,
+) -> Store<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    let writer = reflector::store::Writer::new(dyntype.clone());
+    let reader = writer.as_reader();
+    let mut writer = writer;
     let store = reader.clone();
-    let kind = K::kind(&()).to_string();
+    let kind = K::kind(&dyntype).to_string();
     tokio::spawn(async move {
         let mut stream = watcher(api, config).default_backoff().boxed();
         // The store's contents when a relist began.
@@ -78,7 +96,7 @@ where
             };
             match &ev {
                 watcher::Event::Apply(o) => {
-                    let old = reader.get(&ObjectRef::from_obj(o));
+                    let old = reader.get(&ObjectRef::from_obj_with(o, dyntype.clone()));
                     writer.apply_watcher_event(&ev);
                     on_change(Change {
                         old: old.as_deref(),
@@ -86,7 +104,7 @@ where
                     });
                 }
                 watcher::Event::Delete(o) => {
-                    let old = reader.get(&ObjectRef::from_obj(o));
+                    let old = reader.get(&ObjectRef::from_obj_with(o, dyntype.clone()));
                     writer.apply_watcher_event(&ev);
                     on_change(Change {
                         old: Some(old.as_deref().unwrap_or(o)),
@@ -104,10 +122,10 @@ where
                         .take()
                         .unwrap_or_default()
                         .into_iter()
-                        .map(|o| (ObjectRef::from_obj(&*o), o))
+                        .map(|o| (ObjectRef::from_obj_with(&*o, dyntype.clone()), o))
                         .collect();
                     for new in reader.state() {
-                        let prev = old.remove(&ObjectRef::from_obj(&*new));
+                        let prev = old.remove(&ObjectRef::from_obj_with(&*new, dyntype.clone()));
                         let same = prev.as_deref().is_some_and(|p| {
                             resource_version(p).is_some()
                                 && resource_version(p) == resource_version(&*new)

@@ -89,10 +89,7 @@ pub struct WriteErrors<E: std::fmt::Debug + Display> {
 
 /// Executes the writes of one key concurrently; all are attempted, the first error (with the
 /// count of failures) is returned. Returns the successful results in plan order.
-pub async fn execute_all<W, T, E, F, Fut>(
-    writes: Vec<W>,
-    exec: F,
-) -> Result<Vec<T>, WriteErrors<E>>
+pub async fn execute_all<W, T, E, F, Fut>(writes: Vec<W>, exec: F) -> Result<Vec<T>, WriteErrors<E>>
 where
     F: Fn(W) -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -186,7 +183,11 @@ mod tests {
     #[tokio::test]
     async fn execute_all_runs_every_write_and_reports_failures() {
         let r = execute_all(vec![1, 2, 3, 4], |w| async move {
-            if w % 2 == 0 { Err(format!("w{w}")) } else { Ok(w * 10) }
+            if w % 2 == 0 {
+                Err(format!("w{w}"))
+            } else {
+                Ok(w * 10)
+            }
         })
         .await;
         match r {
