@@ -20,7 +20,7 @@ fn infos() -> Vec<&'static KindInfo> {
     // The custom kinds of established CRDs, each group's versions in priority order.
     let mut custom: Vec<&'static KindInfo> = ferry_api::custom::resource::served()
         .into_iter()
-        .map(|k| ferry_api::kinds::Strategy::info(k))
+        .map(<ferry_api::custom::resource::CustomKind as ferry_api::kinds::Strategy>::info)
         .collect();
     custom.sort_by(|a, b| {
         a.group

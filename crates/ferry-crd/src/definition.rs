@@ -759,7 +759,8 @@ mod tests {
     fn validation_table() {
         let none: Vec<String> = vec![];
         assert_eq!(errs_of(crontab(), |_| {}), none);
-        let cases: Vec<(Box<dyn FnOnce(&mut Value)>, Vec<&str>)> = vec![
+        type Case = (Box<dyn FnOnce(&mut Value)>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
             (
                 Box::new(|c| c["metadata"]["name"] = json!("x.stable.example.com")),
                 vec!["metadata.name"],
@@ -794,7 +795,9 @@ mod tests {
             (
                 Box::new(|c| {
                     let v = c["spec"]["versions"][0].clone();
-                    c["spec"]["versions"].as_array_mut().map(|a| a.push(v));
+                    if let Some(a) = c["spec"]["versions"].as_array_mut() {
+                        a.push(v);
+                    }
                 }),
                 vec!["spec.versions", "spec.versions[1].name"],
             ),

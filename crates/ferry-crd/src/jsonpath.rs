@@ -106,7 +106,9 @@ pub fn eval<'a>(steps: &[Step], v: &'a Value) -> Vec<&'a Value> {
                         for it in items {
                             let m = match it.get(field.as_str()) {
                                 Some(Value::String(s)) => s == value,
-                                Some(other) => other.to_string() == *value,
+                                Some(other) => {
+                                    serde_json::to_string(other).is_ok_and(|t| t == *value)
+                                }
                                 None => false,
                             };
                             if m {

@@ -206,7 +206,7 @@ pub fn format_ok(format: &str, text: &str) -> bool {
             let t = text.trim_end_matches('=');
             t.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
-                && text.len() % 4 == 0
+                && text.len().is_multiple_of(4)
         }
         "uuid" => Regex::new(
             r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",

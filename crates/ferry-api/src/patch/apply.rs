@@ -138,10 +138,12 @@ pub fn apply(
     // kubectl's own server-side apply takes over, without conflicts, the fields that its
     // client-side apply last applied and that still hold those values (upstream's
     // lastAppliedManager): the migration from `kubectl apply` to `kubectl apply --server-side`.
-    if !force && !conflicts.is_empty() && manager == KUBECTL {
-        if let Some(allowed) = allowed_from_last_applied(live_v, &cfg, root) {
-            conflicts.retain(|(_, p)| !allowed.contains(*p));
-        }
+    if !force
+        && !conflicts.is_empty()
+        && manager == KUBECTL
+        && let Some(allowed) = allowed_from_last_applied(live_v, &cfg, root)
+    {
+        conflicts.retain(|(_, p)| !allowed.contains(*p));
     }
     if !force && !conflicts.is_empty() {
         let mut conflicts: Vec<(String, String)> = conflicts
