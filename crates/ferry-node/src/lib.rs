@@ -16,6 +16,7 @@ pub mod hostroutes;
 pub mod netns;
 pub mod network;
 pub mod node;
+pub mod noderemoval;
 pub mod podstate;
 pub mod pty;
 pub mod runtime;

@@ -299,9 +299,12 @@ impl NlSocket {
     /// The socket stays in that namespace for its life.
     pub fn open(netns: Option<&str>) -> Result<NlSocket, NlError> {
         let open = || -> Result<OwnedFd, NlError> {
-            let fd = rustix::net::socket(
+            // Close-on-exec: a child process (a pod started meanwhile) must not inherit a
+            // handle on a node's nftables, nor keep the node's namespace alive after it goes.
+            let fd = rustix::net::socket_with(
                 rustix::net::AddressFamily::NETLINK,
                 rustix::net::SocketType::RAW,
+                rustix::net::SocketFlags::CLOEXEC,
                 Some(rustix::net::netlink::NETFILTER),
             )
             .map_err(std::io::Error::from)?;
