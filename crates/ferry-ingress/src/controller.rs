@@ -29,8 +29,9 @@ const COMPONENT: &str = "ferry-ingress";
 /// What the controller needs besides the cluster's objects.
 pub struct Settings {
     pub policy: ClassPolicy,
-    /// The address written to `status.loadBalancer.ingress` (an IP, or a host name).
-    pub publish: Option<String>,
+    /// The addresses written to `status.loadBalancer.ingress` (IPs or host names); none: no
+    /// status is written.
+    pub publish: Vec<String>,
     /// `namespace/name` of a Secret serving names no Ingress covers.
     pub default_certificate: Option<Key>,
     pub fallback_cert: Arc<CertifiedKey>,
@@ -211,7 +212,8 @@ pub async fn run(
         announced = built.ours.clone();
 
         // Status: our address on our Ingresses; taken off those no longer ours.
-        if let Some(addr) = &settings.publish {
+        if !settings.publish.is_empty() {
+            let wanted = status_entries(&settings.publish);
             for ing in &inputs.ingresses {
                 let k = key(ing);
                 let current = ing
@@ -220,22 +222,19 @@ pub async fn run(
                     .and_then(|s| s.load_balancer.as_ref())
                     .and_then(|lb| lb.ingress.clone())
                     .unwrap_or_default();
-                let has_ours = current.len() == 1
-                    && (current[0].ip.as_deref() == Some(addr.as_str())
-                        || current[0].hostname.as_deref() == Some(addr.as_str()));
+                let current: Vec<serde_json::Value> = current
+                    .iter()
+                    .map(|i| serde_json::to_value(i).unwrap_or_default())
+                    .collect();
+                let has_ours = current == wanted;
                 let want = built.ours.contains(&k);
                 if want && !has_ours {
-                    let entry = if addr.parse::<std::net::IpAddr>().is_ok() {
-                        json!({"ip": addr})
-                    } else {
-                        json!({"hostname": addr})
-                    };
                     patch_status(
                         &client,
                         &k,
-                        json!({"status": {"loadBalancer": {"ingress": [entry]}}}),
+                        json!({"status": {"loadBalancer": {"ingress": wanted.clone()}}}),
                     );
-                } else if !want && has_ours {
+                } else if !want && !current.is_empty() && current == wanted {
                     patch_status(
                         &client,
                         &k,
@@ -254,6 +253,21 @@ pub async fn run(
         // Coalesce a burst of changes into one rebuild.
         tokio::time::sleep(settings.min_sync).await;
     }
+}
+
+/// `status.loadBalancer.ingress` entries for the published addresses: `ip` for addresses,
+/// `hostname` for names.
+fn status_entries(publish: &[String]) -> Vec<serde_json::Value> {
+    publish
+        .iter()
+        .map(|addr| {
+            if addr.parse::<std::net::IpAddr>().is_ok() {
+                json!({"ip": addr})
+            } else {
+                json!({"hostname": addr})
+            }
+        })
+        .collect()
 }
 
 fn patch_status(client: &Client, k: &Key, body: serde_json::Value) {

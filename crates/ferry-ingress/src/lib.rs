@@ -49,10 +49,11 @@ pub struct IngressArgs {
     /// Where HTTPS is served (`off` disables it).
     #[arg(long = "https-addr", default_value = "0.0.0.0:443")]
     pub https_addr: String,
-    /// The address written to the Ingresses' `status.loadBalancer.ingress` (an IP or a host
-    /// name). Default: the HTTP (else HTTPS) listen IP when it is not a wildcard.
-    #[arg(long = "publish-address")]
-    pub publish_address: Option<String>,
+    /// The addresses written to the Ingresses' `status.loadBalancer.ingress` (IPs or host
+    /// names, comma-separated). Default: the HTTP (else HTTPS) listen IP of each data path when
+    /// it is not a wildcard.
+    #[arg(long = "publish-address", value_delimiter = ',')]
+    pub publish_address: Vec<String>,
     /// `IngressClass.spec.controller` value this controller serves.
     #[arg(long = "controller-class", default_value = routes::CONTROLLER_NAME)]
     pub controller_class: String,
@@ -88,6 +89,14 @@ pub struct IngressArgs {
     pub netns_threads: usize,
 }
 
+/// Listeners of one data path inside a network namespace ([`Handle::serve`]).
+#[derive(Debug, Clone)]
+pub struct DataPath {
+    pub netns: PathBuf,
+    pub http: Option<SocketAddr>,
+    pub https: Option<SocketAddr>,
+}
+
 impl IngressArgs {
     /// The defaults, as if no flag were given.
     pub fn defaults() -> IngressArgs {
@@ -105,6 +114,20 @@ impl IngressArgs {
 pub struct Running {
     pub http: Option<SocketAddr>,
     pub https: Option<SocketAddr>,
+}
+
+/// The listen IPs of the data paths (HTTP, else HTTPS), wildcards left out, each once.
+fn publish_addresses(running: &[Running]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in running {
+        if let Some(a) = r.http.or(r.https).filter(|a| !a.ip().is_unspecified()) {
+            let ip = a.ip().to_string();
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+    }
+    out
 }
 
 fn parse_addr(s: &str) -> Result<Option<SocketAddr>, Error> {
@@ -146,56 +169,137 @@ pub async fn start_with_client(
 ) -> Result<Running, Error> {
     let http = parse_addr(&args.http_addr)?;
     let https = parse_addr(&args.https_addr)?;
-    let limits = proxy::Limits {
-        max_header_bytes: args.max_header_bytes,
-        response_timeout: Duration::from_secs(args.upstream_timeout.max(1)),
-        max_connections: args.max_connections.max(1),
-        ..Default::default()
-    };
-    let shared = proxy::Shared::new(limits, args.trust_forwarded_headers);
-    let fallback = tls::self_signed()?;
-    let resolver = Arc::new(tls::Resolver::new(tls::CertTable {
-        exact: Default::default(),
-        wildcard: Default::default(),
-        default: fallback.clone(),
-    }));
-    let tls_config = Arc::new(tls::server_config(resolver.clone()));
-
+    let parts = Parts::new(args)?;
     let netns = args.netns.clone().map(|p| (p, args.netns_threads.max(1)));
-    let running =
-        serve_data_path(shared.clone(), http, https, tls_config, netns, stop.clone()).await?;
-
-    let publish = args.publish_address.clone().or_else(|| {
-        running
-            .http
-            .or(running.https)
-            .filter(|a| !a.ip().is_unspecified())
-            .map(|a| a.ip().to_string())
-    });
-    let default_certificate = match &args.default_ssl_certificate {
-        None => None,
-        Some(s) => match s.split_once('/') {
-            Some((ns, n)) => Some((ns.to_string(), n.to_string())),
-            None => {
-                return Err(Error::Arg(format!(
-                    "--default-ssl-certificate {s}: want namespace/name"
-                )));
-            }
-        },
+    let running = serve_data_path(
+        parts.shared.clone(),
+        http,
+        https,
+        parts.tls_config.clone(),
+        netns,
+        stop.clone(),
+    )
+    .await?;
+    let publish = if args.publish_address.is_empty() {
+        publish_addresses(std::slice::from_ref(&running))
+    } else {
+        args.publish_address.clone()
     };
-    let settings = controller::Settings {
-        policy: routes::ClassPolicy {
-            controller: args.controller_class.clone(),
-            class_name: args.ingress_class.clone(),
-            watch_without_class: args.watch_ingress_without_class,
-        },
-        publish,
-        default_certificate,
-        fallback_cert: fallback,
-        min_sync: Duration::from_millis(20),
-    };
-    tokio::spawn(controller::run(client, shared, resolver, settings, stop));
+    parts.run_controller(client, args, publish, stop)?;
     Ok(running)
+}
+
+/// One controller and route table whose data paths are added one by one ([`Handle::serve`]),
+/// each with its own lifetime: `ferry up` in netns mode serves Ingresses on every node's
+/// addresses, inside the node's namespace, and stops a node's listeners with the node.
+pub struct Handle {
+    parts: Parts,
+    threads: usize,
+}
+
+impl Handle {
+    /// Starts the controller; `publish` are the addresses written to the Ingresses' status
+    /// (the listeners are added with [`Handle::serve`]).
+    pub fn start(
+        client: kube::Client,
+        args: &IngressArgs,
+        publish: Vec<String>,
+        stop: CancellationToken,
+    ) -> Result<Handle, Error> {
+        let parts = Parts::new(args)?;
+        let handle = Handle {
+            parts: parts.clone(),
+            threads: args.netns_threads.max(1),
+        };
+        parts.run_controller(client, args, publish, stop)?;
+        Ok(handle)
+    }
+
+    /// Listens for one data path inside its namespace until `stop`.
+    pub async fn serve(&self, dp: DataPath, stop: CancellationToken) -> Result<Running, Error> {
+        serve_data_path(
+            self.parts.shared.clone(),
+            dp.http,
+            dp.https,
+            self.parts.tls_config.clone(),
+            Some((dp.netns, self.threads)),
+            stop,
+        )
+        .await
+    }
+}
+
+/// The proxy's shared state, the certificate resolver and TLS configuration.
+#[derive(Clone)]
+struct Parts {
+    shared: Arc<proxy::Shared>,
+    resolver: Arc<tls::Resolver>,
+    tls_config: Arc<rustls::ServerConfig>,
+    fallback: Arc<rustls::sign::CertifiedKey>,
+}
+
+impl Parts {
+    fn new(args: &IngressArgs) -> Result<Parts, Error> {
+        let limits = proxy::Limits {
+            max_header_bytes: args.max_header_bytes,
+            response_timeout: Duration::from_secs(args.upstream_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            ..Default::default()
+        };
+        let shared = proxy::Shared::new(limits, args.trust_forwarded_headers);
+        let fallback = tls::self_signed()?;
+        let resolver = Arc::new(tls::Resolver::new(tls::CertTable {
+            exact: Default::default(),
+            wildcard: Default::default(),
+            default: fallback.clone(),
+        }));
+        let tls_config = Arc::new(tls::server_config(resolver.clone()));
+        Ok(Parts {
+            shared,
+            resolver,
+            tls_config,
+            fallback,
+        })
+    }
+
+    fn run_controller(
+        self,
+        client: kube::Client,
+        args: &IngressArgs,
+        publish: Vec<String>,
+        stop: CancellationToken,
+    ) -> Result<(), Error> {
+        let default_certificate = match &args.default_ssl_certificate {
+            None => None,
+            Some(s) => match s.split_once('/') {
+                Some((ns, n)) => Some((ns.to_string(), n.to_string())),
+                None => {
+                    return Err(Error::Arg(format!(
+                        "--default-ssl-certificate {s}: want namespace/name"
+                    )));
+                }
+            },
+        };
+        let settings = controller::Settings {
+            policy: routes::ClassPolicy {
+                controller: args.controller_class.clone(),
+                class_name: args.ingress_class.clone(),
+                watch_without_class: args.watch_ingress_without_class,
+            },
+            publish,
+            default_certificate,
+            fallback_cert: self.fallback,
+            min_sync: Duration::from_millis(20),
+        };
+        tokio::spawn(controller::run(
+            client,
+            self.shared,
+            self.resolver,
+            settings,
+            stop,
+        ));
+        Ok(())
+    }
 }
 
 /// Starts the listeners of the data path: here, or — with `netns` (path, worker threads) — on

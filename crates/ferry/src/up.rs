@@ -525,6 +525,10 @@ async fn start_netns(
         }
     }
 
+    // Ingress: one controller; listeners on every node's addresses, inside its namespace.
+    let ingress_ports = netns_ingress_ports(a);
+    let ingress = start_netns_ingress(running, &ids.ingress, &plan, ingress_ports, shutdown).await;
+
     for (i, node) in plan.nodes.iter().enumerate() {
         let node_ns = netns::path(&node.netns);
         let mut agent = ferry_node::AgentArgs::defaults();
@@ -642,28 +646,68 @@ async fn start_netns(
                     };
                 let _netpol =
                     ferry_netpol::agent::start(netpol_client, netpol_cfg, stop.child_token());
-                let mut dns_task = None;
-                if let Some((index, metrics, mut cfg)) = dns {
-                    cfg.listen = dns_listen;
-                    cfg.tcp.max_connections = (budget().dns_tcp / nodes).max(16);
-                    match ferry_dns::server::Server::bind(cfg, index, metrics).await {
-                        Ok(server) => {
-                            let stop = stop.clone();
-                            dns_task = Some(tokio::spawn(server.run(stop.cancelled_owned())));
+                let mut dns_tasks = Vec::new();
+                if let Some((index, metrics, cfg)) = dns {
+                    for listen in dns_listens {
+                        let mut cfg = cfg.clone();
+                        cfg.listen = listen;
+                        cfg.tcp.max_connections = (budget().dns_tcp / nodes / 2).max(16);
+                        match ferry_dns::server::Server::bind(cfg, index.clone(), metrics.clone())
+                            .await
+                        {
+                            Ok(server) => {
+                                let stop = stop.clone();
+                                dns_tasks.push(tokio::spawn(server.run(stop.cancelled_owned())));
+                            }
+                            Err(e) => tracing::error!("cluster DNS in {name} on {listen}: {e:#}"),
                         }
-                        Err(e) => tracing::error!("cluster DNS in {name}: {e:#}"),
                     }
                 }
                 stop.cancelled().await;
                 if let Some(p) = proxy {
                     p.stop().await;
                 }
-                if let Some(t) = dns_task {
+                for t in dns_tasks {
                     let _ = t.await;
                 }
-            },
-        )?);
+            })?;
+        if let Some(ing) = &ingress {
+            serve_node_ingress(
+                ing,
+                &netns::path(&node.netns),
+                &node.ips,
+                ingress_ports,
+                &node_stop,
+            )
+            .await;
+        }
+        services
+            .nodes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(NodeRun {
+                name: node.name.clone(),
+                stop: node_stop,
+                agent: Some(agent_task),
+                thread: Some(node_thread),
+                state_dir: node_state_dir,
+                pod_prefix: node_pod_prefix,
+            });
     }
+    // `kubectl delete node`: that node's agent, proxy, DNS and network go.
+    tokio::spawn(remove_deleted_nodes(
+        client.clone(),
+        services.nodes.clone(),
+        std::sync::Arc::new(std::sync::Mutex::new(plan.clone())),
+        a.data_dir.clone(),
+        if a.cni_bin_dir.is_empty() {
+            ferry_node::AgentArgs::defaults().cni_bin_dir
+        } else {
+            a.cni_bin_dir.clone()
+        },
+        (kernel_proxy && a.listen_dns.as_deref() != Some("off")).then(|| dns_ips.clone()),
+        shutdown.clone(),
+    ));
     if kernel_proxy {
         eprintln!(
             "ferry up: service proxy {} in every node namespace; cluster DNS (kube-dns {dns_ip}:53) \
@@ -1091,6 +1135,90 @@ async fn start_ingress(
         Err(e) => {
             tracing::warn!("ingress not started: {e}");
             eprintln!("ferry up: ingress not started: {e}");
+        }
+    }
+}
+
+/// The ports of the Ingress listeners on the nodes in netns mode: 80 and 443 unless
+/// `--ingress-http-addr` / `--ingress-https-addr` give others (their port is used) or `off`.
+fn netns_ingress_ports(a: &ServerArgs) -> (Option<u16>, Option<u16>) {
+    let port = |flag: &Option<String>, default: u16| match flag.as_deref() {
+        None => Some(default),
+        Some("off") | Some("") => None,
+        Some(s) => s
+            .parse::<std::net::SocketAddr>()
+            .map(|sa| sa.port())
+            .ok()
+            .or_else(|| s.rsplit(':').next().and_then(|p| p.parse().ok())),
+    };
+    (
+        port(&a.ingress_http_addr, 80),
+        port(&a.ingress_https_addr, 443),
+    )
+}
+
+/// netns mode: the Ingress controller, publishing every node's addresses in the Ingresses'
+/// status (as an ingress controller run on every node does). `None` when disabled or failed.
+async fn start_netns_ingress(
+    running: &ferry_apiserver::Running,
+    kubeconfig: &Path,
+    plan: &ferry_node::netns::ClusterPlan,
+    ports: (Option<u16>, Option<u16>),
+    shutdown: &CancellationToken,
+) -> Option<ferry_ingress::Handle> {
+    if ports == (None, None) {
+        return None;
+    }
+    ensure_ingress_class(running).await;
+    let mut args = ferry_ingress::IngressArgs::defaults();
+    args.kubeconfig = Some(kubeconfig.to_path_buf());
+    // IPv4 addresses of all nodes first, then IPv6.
+    let mut publish: Vec<IpAddr> = plan.nodes.iter().flat_map(|n| n.ips.clone()).collect();
+    publish.sort_by_key(|ip| ip.is_ipv6());
+    let publish = publish.iter().map(|ip| ip.to_string()).collect();
+    let client = match ferry_node::client(Some(kubeconfig)).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferry up: ingress not started: {e:#}");
+            return None;
+        }
+    };
+    match ferry_ingress::Handle::start(client, &args, publish, shutdown.clone()) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!("ferry up: ingress not started: {e}");
+            None
+        }
+    }
+}
+
+/// One node's Ingress listeners, on each of its addresses, until the node stops.
+async fn serve_node_ingress(
+    ingress: &ferry_ingress::Handle,
+    node_ns: &Path,
+    ips: &[IpAddr],
+    (http, https): (Option<u16>, Option<u16>),
+    stop: &CancellationToken,
+) {
+    for ip in ips {
+        let dp = ferry_ingress::DataPath {
+            netns: node_ns.to_path_buf(),
+            http: http.map(|p| std::net::SocketAddr::new(*ip, p)),
+            https: https.map(|p| std::net::SocketAddr::new(*ip, p)),
+        };
+        match ingress.serve(dp, stop.clone()).await {
+            Ok(r) => eprintln!(
+                "ferry up: ingress on {}",
+                [
+                    r.http.map(|a| format!("http://{a}")),
+                    r.https.map(|a| format!("https://{a}"))
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" and ")
+            ),
+            Err(e) => eprintln!("ferry up: ingress on {ip} not started: {e}"),
         }
     }
 }

@@ -354,7 +354,7 @@ mod tests {
                 })
                 .collect(),
         );
-        o.metadata.deletion_timestamp = deleting.then(|| Time(jiff::Timestamp::UNIX_EPOCH));
+        o.metadata.deletion_timestamp = deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH));
         o.metadata.finalizers = Some(fins.iter().map(|f| f.to_string()).collect());
         o
     }

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod netns;
+
 pub struct Ferry {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
