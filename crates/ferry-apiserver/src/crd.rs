@@ -387,3 +387,104 @@ pub async fn run(server: Arc<Server>, shutdown: CancellationToken) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use ferry_store::Store;
+
+    use crate::cache::Cache;
+
+    fn obj(name: &str, v: u32) -> Bytes {
+        Bytes::from(format!(r#"{{"metadata":{{"name":"{name}"}},"v":{v}}}"#))
+    }
+
+    fn names(cache: &Cache, prefix: &str) -> Vec<(String, u64)> {
+        cache
+            .resource(prefix)
+            .map(|rc| rc.list(prefix))
+            .unwrap_or_default()
+            .iter()
+            .map(|o| {
+                (
+                    super::name_of(&o.value).to_string(),
+                    o.value["v"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    /// A resource cache added at runtime (a new custom kind) holds what the store holds, and
+    /// follows later writes; dropping it stops that.
+    #[tokio::test]
+    async fn cache_added_at_runtime_follows_the_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(
+            ferry_store::redb_store::RedbStore::open(&dir.path().join("db")).expect("open"),
+        );
+        let prefix = "/registry/stable.example.com/crontabs/";
+        store
+            .create(&format!("{prefix}default/a"), obj("a", 1))
+            .await
+            .expect("a");
+        store
+            .create(&format!("{prefix}default/b"), obj("b", 1))
+            .await
+            .expect("b");
+        let (cache, rev) = Cache::load(store.as_ref(), &[]).await.expect("load");
+        let follower = {
+            let cache = cache.clone();
+            let store = store.clone();
+            tokio::spawn(async move { cache.follow(store, rev).await })
+        };
+        // Changes before the cache exists.
+        let b = store
+            .get(&format!("{prefix}default/b"))
+            .await
+            .expect("get")
+            .expect("b");
+        store
+            .update(&format!("{prefix}default/b"), obj("b", 2), b.mod_revision)
+            .await
+            .expect("update b");
+        store
+            .delete(&format!("{prefix}default/a"), None)
+            .await
+            .expect("delete a");
+        let cur = store.current_revision().await.expect("rev");
+        assert!(cache.wait_for(cur, Duration::from_secs(10)).await);
+        assert!(cache.resource(prefix).is_none());
+        cache.ensure(store.as_ref(), prefix).await.expect("ensure");
+        assert_eq!(names(&cache, prefix), vec![("b".to_string(), 2)]);
+        // Later writes arrive through the watch.
+        store
+            .create(&format!("{prefix}ns2/c"), obj("c", 1))
+            .await
+            .expect("c");
+        let cur = store.current_revision().await.expect("rev");
+        assert!(cache.wait_for(cur, Duration::from_secs(10)).await);
+        assert_eq!(
+            names(&cache, prefix),
+            vec![("b".to_string(), 2), ("c".to_string(), 1)]
+        );
+        // Idempotent; removal drops it.
+        cache
+            .ensure(store.as_ref(), prefix)
+            .await
+            .expect("ensure again");
+        assert_eq!(names(&cache, prefix).len(), 2);
+        cache.remove(prefix);
+        assert!(cache.resource(prefix).is_none());
+        follower.abort();
+    }
+
+    #[test]
+    fn registry_reports_changes() {
+        let reg = super::Registry::default();
+        assert!(!reg.replace(Default::default()));
+        assert!(reg.all().is_empty());
+    }
+}
