@@ -130,7 +130,52 @@ impl NftApplier {
         }
     }
 
+    /// Brings the table to `desired` with `ops` (from [`super::incr::Incremental`], which
+    /// knows what changed): one transaction with only those operations, over netlink when
+    /// they are element changes. The whole table is written when nothing was written yet (or
+    /// after a failure). On failure the next sync rewrites the whole table.
+    pub fn sync_ops(
+        &mut self,
+        desired: &Ruleset,
+        ops: &[nft::Op],
+    ) -> Result<SyncStats, ApplyError> {
+        let started = Instant::now();
+        let Some(mut cur) = self.current.take() else {
+            return self.sync(desired);
+        };
+        if ops.is_empty() {
+            self.current = Some(cur);
+            return Ok(SyncStats::default());
+        }
+        let netlink = self.try_netlink(desired, ops)?;
+        let kernel = if netlink {
+            self.last_kernel
+        } else {
+            let t = Instant::now();
+            run(
+                &self.prefix,
+                &["nft", "-f", "-"],
+                Some(&nft::render_ops(&self.table, ops)),
+            )?;
+            t.elapsed()
+        };
+        // The model follows the kernel; should it disagree, it becomes the desired state.
+        if nft::apply_ops(&mut cur, ops).is_err() {
+            tracing::debug!("nftables model out of step; taking the desired state");
+            cur = desired.clone();
+        }
+        self.current = Some(cur);
+        Ok(SyncStats {
+            full: false,
+            ops: ops.len(),
+            took: started.elapsed(),
+            netlink,
+            kernel,
+        })
+    }
+
     /// Sends element-only operations over netlink; `Ok(false)` when that path is unavailable.
+    /// `cur` gives the set kinds (any state holding the sets the operations touch).
     fn try_netlink(&mut self, cur: &Ruleset, ops: &[nft::Op]) -> Result<bool, ApplyError> {
         if !self.use_netlink || !netlink::elements_only(ops) {
             return Ok(false);

@@ -13,6 +13,7 @@
 
 pub mod apply;
 pub mod healthcheck;
+pub mod incr;
 pub mod input;
 pub mod iptables;
 pub mod netlink;
@@ -127,7 +128,8 @@ fn local_addrs(st: &State, args: &ProxyArgs, node: &str) -> BTreeSet<IpAddr> {
 }
 
 enum Applier {
-    Nft(apply::NftApplier),
+    /// The table is rendered one changed Service at a time.
+    Nft(apply::NftApplier, Box<incr::Incremental>),
     Ipt(apply::IptApplier),
 }
 
@@ -135,10 +137,13 @@ impl Applier {
     fn new(args: &ProxyArgs) -> Result<Applier> {
         let prefix = args.kernel.prefix();
         Ok(match args.proxy_mode {
-            ProxyMode::Nftables => Applier::Nft(apply::NftApplier::new(
-                &args.kernel.nft_table,
-                args.kernel.apply_in_netns.as_deref(),
-            )),
+            ProxyMode::Nftables => Applier::Nft(
+                apply::NftApplier::new(
+                    &args.kernel.nft_table,
+                    args.kernel.apply_in_netns.as_deref(),
+                ),
+                Box::new(incr::Incremental::new(&nft_config(args))),
+            ),
             ProxyMode::Iptables => Applier::Ipt(apply::IptApplier::new(
                 &args.kernel.iptables_command,
                 prefix,
@@ -153,14 +158,27 @@ impl Applier {
         args: &ProxyArgs,
     ) -> Result<apply::SyncStats, apply::ApplyError> {
         match self {
-            Applier::Nft(a) => a.sync(&nft::render(ports, &nft_config(args))),
+            Applier::Nft(a, inc) => {
+                let u = inc.update(ports);
+                let r = if u.full {
+                    a.invalidate();
+                    a.sync(inc.state())
+                } else {
+                    a.sync_ops(inc.state(), &u.ops)
+                };
+                if r.is_err() {
+                    // The next sync writes the whole table again.
+                    inc.reset();
+                }
+                r
+            }
             Applier::Ipt(a) => a.sync(ports, &ipt_config(args)),
         }
     }
 
     fn cleanup(&mut self) -> Result<(), apply::ApplyError> {
         match self {
-            Applier::Nft(a) => a.cleanup(),
+            Applier::Nft(a, _) => a.cleanup(),
             Applier::Ipt(a) => a.cleanup(),
         }
     }

@@ -979,13 +979,40 @@ impl Builder<'_> {
 pub fn render(ports: &[SvcPort], cfg: &NftConfig) -> Ruleset {
     let mut b = Builder { cfg, rs: base(cfg) };
     for sp in ports {
+        b.port(sp);
+    }
+    b.rs
+}
+
+impl Builder<'_> {
+    fn port(&mut self, sp: &SvcPort) {
         let f = if sp.ipv6 { Fam::V6 } else { Fam::V4 };
         let special = sp.affinity.is_some() || (sp.external_local && sp.has_external());
         if special {
-            b.special(sp, f);
+            self.special(sp, f);
         } else {
-            b.simple(sp, f);
+            self.simple(sp, f);
         }
+    }
+}
+
+/// The always-present maps and sets of the table (no chains): what a fragment is rendered
+/// against (its claims need the maps). Pure.
+pub fn skeleton(cfg: &NftConfig) -> Ruleset {
+    let mut rs = base(cfg);
+    rs.chains.clear();
+    rs
+}
+
+/// Renders `ports` alone on top of `skeleton` (from [`skeleton`]): the chains, sets and
+/// elements they add to the table. Pure; see [`super::incr`].
+pub fn render_on(ports: &[SvcPort], cfg: &NftConfig, skeleton: &Ruleset) -> Ruleset {
+    let mut b = Builder {
+        cfg,
+        rs: skeleton.clone(),
+    };
+    for sp in ports {
+        b.port(sp);
     }
     b.rs
 }
