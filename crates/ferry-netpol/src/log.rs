@@ -99,34 +99,10 @@ pub fn format(rows: &[CounterRow], allowed: bool) -> String {
     out
 }
 
-/// The same as Prometheus counters.
+/// The same as Prometheus counters (OpenMetrics text; the names and labels of the node
+/// enforcement's `/metrics`).
 pub fn prometheus(rows: &[CounterRow], node: &str) -> String {
-    let mut out = String::new();
-    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-    out.push_str("# HELP ferry_netpol_denied_packets_total First packets of connections denied by NetworkPolicy.\n");
-    out.push_str("# TYPE ferry_netpol_denied_packets_total counter\n");
-    for r in rows.iter().filter(|r| r.verdict == "deny") {
-        let _ = writeln!(
-            out,
-            "ferry_netpol_denied_packets_total{{node=\"{}\",direction=\"{}\",pod=\"{}\"}} {}",
-            esc(node),
-            r.direction,
-            esc(&r.subject),
-            r.packets
-        );
-    }
-    out.push_str("# HELP ferry_netpol_allowed_packets_total First packets of connections allowed by a NetworkPolicy rule.\n");
-    out.push_str("# TYPE ferry_netpol_allowed_packets_total counter\n");
-    for r in rows.iter().filter(|r| r.verdict == "allow") {
-        let _ = writeln!(
-            out,
-            "ferry_netpol_allowed_packets_total{{node=\"{}\",rule=\"{}\"}} {}",
-            esc(node),
-            esc(&r.subject),
-            r.packets
-        );
-    }
-    out
+    crate::metrics::verdicts_text(node, rows)
 }
 
 #[cfg(test)]
@@ -159,7 +135,7 @@ mod tests {
             "{p}"
         );
         assert!(
-            p.contains("ferry_netpol_allowed_packets_total{node=\"n1\",rule=\"x/p ingress[0]\"} 7"),
+            p.contains("ferry_netpol_allowed_packets_total{node=\"n1\",direction=\"ingress\",policy=\"x/p\",rule=\"ingress[0]\"} 7"),
             "{p}"
         );
     }

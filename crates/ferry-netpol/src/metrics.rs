@@ -111,6 +111,52 @@ pub fn verdict_samples(node: &str, rows: &[CounterRow]) -> VerdictSamples {
     out
 }
 
+/// Writes the two verdict families.
+fn encode_verdicts(all: &VerdictSamples, encoder: &mut DescriptorEncoder) -> std::fmt::Result {
+    for (name, help, samples) in [
+        (
+            "ferry_netpol_denied_packets",
+            "Connections (first packets) denied by NetworkPolicy, per isolated pod and direction.",
+            &all.denied,
+        ),
+        (
+            "ferry_netpol_allowed_packets",
+            "Connections (first packets) allowed by a NetworkPolicy rule.",
+            &all.allowed,
+        ),
+    ] {
+        let mut m =
+            encoder.encode_descriptor(name, help, None, ConstCounter::new(0u64).metric_type())?;
+        for (labels, v) in samples {
+            let fam = m.encode_family(labels)?;
+            ConstCounter::new(*v).encode(fam)?;
+        }
+    }
+    Ok(())
+}
+
+/// Fixed samples (what `ferry netpol log --prometheus` read once).
+#[derive(Debug)]
+struct StaticVerdicts(VerdictSamples);
+
+impl Collector for StaticVerdicts {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        encode_verdicts(&self.0, &mut encoder)
+    }
+}
+
+/// The verdict counters of one node's rows as OpenMetrics text, with the same names and
+/// labels as the `/metrics` endpoint.
+pub fn verdicts_text(node: &str, rows: &[CounterRow]) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StaticVerdicts(verdict_samples(node, rows))));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::warn!("encoding netpol counters: {e}");
+    }
+    out
+}
+
 impl Collector for VerdictCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut all = VerdictSamples::default();
@@ -125,30 +171,7 @@ impl Collector for VerdictCollector {
                 Err(e) => tracing::debug!(%node, "netpol metrics: reading counters: {e}"),
             }
         }
-        for (name, help, samples) in [
-            (
-                "ferry_netpol_denied_packets",
-                "Connections (first packets) denied by NetworkPolicy, per isolated pod and direction.",
-                &all.denied,
-            ),
-            (
-                "ferry_netpol_allowed_packets",
-                "Connections (first packets) allowed by a NetworkPolicy rule.",
-                &all.allowed,
-            ),
-        ] {
-            let mut m = encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                ConstCounter::new(0u64).metric_type(),
-            )?;
-            for (labels, v) in samples {
-                let fam = m.encode_family(labels)?;
-                ConstCounter::new(*v).encode(fam)?;
-            }
-        }
-        Ok(())
+        encode_verdicts(&all, &mut encoder)
     }
 }
 
