@@ -740,6 +740,7 @@ async fn forward_pair(data: Stream, error: Stream, target: Target, port: u16, po
     let Stream {
         data: mut from_client,
         writer,
+        aborted: mut data_aborted,
         ..
     } = data;
     // The client only reads the error stream; drain what it might send.
@@ -769,19 +770,30 @@ async fn forward_pair(data: Stream, error: Stream, target: Target, port: u16, po
         }
         let _ = wr.shutdown().await;
     });
-    let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        match rd.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if writer
-                    .write(Bytes::copy_from_slice(&buf[..n]))
-                    .await
-                    .is_err()
-                {
-                    break;
+    let down = async {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if writer
+                        .write(Bytes::copy_from_slice(&buf[..n]))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
                 }
             }
+        }
+    };
+    // The client resets the stream when its side of the connection is done (or the whole
+    // session goes): then the pod's connection is closed too.
+    tokio::select! {
+        _ = down => {}
+        _ = data_aborted.wait() => {
+            up.abort();
+            return;
         }
     }
     let _ = writer.finish().await;

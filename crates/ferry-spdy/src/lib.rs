@@ -15,4 +15,4 @@ pub mod session;
 
 pub use frame::{Frame, FrameError};
 pub use headers::{HeaderError, Headers};
-pub use session::{Closed, Role, Session, Stream, StreamWriter};
+pub use session::{Aborted, Closed, Role, Session, Stream, StreamWriter};

@@ -53,6 +53,24 @@ pub struct Stream {
     pub headers: Headers,
     pub data: mpsc::Receiver<Bytes>,
     pub writer: StreamWriter,
+    /// Becomes true when the peer resets the stream or the session ends (see
+    /// [`Aborted::wait`]).
+    pub aborted: Aborted,
+}
+
+/// Whether a stream was aborted: RST_STREAM from the peer, or the session's end.
+#[derive(Clone)]
+pub struct Aborted(watch::Receiver<bool>);
+
+impl Aborted {
+    /// Resolves once the stream is aborted.
+    pub async fn wait(&mut self) {
+        let _ = self.0.wait_for(|v| *v).await;
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
 /// Sends on one stream. Cheap to clone.
@@ -108,11 +126,23 @@ pub struct Session {
     out: mpsc::Sender<Out>,
     next_id: Arc<AtomicU32>,
     routes: Routes,
+    aborts: Aborts,
     ended: watch::Receiver<bool>,
     last_seen: Arc<AtomicU32>,
 }
 
 type Routes = Arc<std::sync::Mutex<HashMap<u32, mpsc::Sender<Bytes>>>>;
+type Aborts = Arc<std::sync::Mutex<HashMap<u32, watch::Sender<bool>>>>;
+
+/// A new stream's abort signal, registered (entries nobody listens to any more are pruned).
+fn register_abort(aborts: &Aborts, id: u32) -> Aborted {
+    let (tx, rx) = watch::channel(false);
+    if let Ok(mut a) = aborts.lock() {
+        a.retain(|_, t| !t.is_closed());
+        a.insert(id, tx);
+    }
+    Aborted(rx)
+}
 
 impl Session {
     /// Starts a session on `io`; returns its handle and the streams the peer opens.
@@ -125,6 +155,7 @@ impl Session {
         let (in_tx, in_rx) = mpsc::channel::<Stream>(64);
         let (ended_tx, ended_rx) = watch::channel(false);
         let routes: Routes = Arc::default();
+        let aborts: Aborts = Arc::default();
         let last_seen = Arc::new(AtomicU32::new(0));
         tokio::spawn(write_loop(wr, out_rx));
         tokio::spawn(read_loop(
@@ -132,9 +163,12 @@ impl Session {
             role,
             out_tx.clone(),
             in_tx,
-            routes.clone(),
+            Tables {
+                routes: routes.clone(),
+                aborts: aborts.clone(),
+                last_seen: last_seen.clone(),
+            },
             ended_tx,
-            last_seen.clone(),
         ));
         let session = Session {
             out: out_tx,
@@ -143,6 +177,7 @@ impl Session {
                 Role::Server => 2,
             })),
             routes,
+            aborts,
             ended: ended_rx,
             last_seen,
         };
@@ -172,6 +207,7 @@ impl Session {
                 id,
                 out: self.out.clone(),
             },
+            aborted: register_abort(&self.aborts, id),
         })
     }
 
@@ -263,15 +299,26 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Out
     let _ = wr.shutdown().await;
 }
 
+/// What the reader shares with the session's handle.
+struct Tables {
+    routes: Routes,
+    aborts: Aborts,
+    last_seen: Arc<AtomicU32>,
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(
     mut rd: R,
     role: Role,
     out: mpsc::Sender<Out>,
     incoming: mpsc::Sender<Stream>,
-    routes: Routes,
+    tables: Tables,
     ended: watch::Sender<bool>,
-    last_seen: Arc<AtomicU32>,
 ) {
+    let Tables {
+        routes,
+        aborts,
+        last_seen,
+    } = tables;
     let mut z = Decompressor::new();
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut incoming = Some(incoming);
@@ -371,6 +418,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                             id: stream,
                             out: out.clone(),
                         },
+                        aborted: register_abort(&aborts, stream),
                     };
                     if inc.send(s).await.is_err() {
                         incoming = None;
@@ -385,7 +433,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         unroute(stream);
                     }
                 }
-                Frame::RstStream { stream, .. } => unroute(stream),
+                Frame::RstStream { stream, .. } => {
+                    unroute(stream);
+                    if let Some(tx) = aborts.lock().ok().and_then(|mut a| a.remove(&stream)) {
+                        let _ = tx.send(true);
+                    }
+                }
                 Frame::Ping { id } => {
                     // Answer the peer's pings (ids of the other parity); ours come back.
                     let theirs = match role {
@@ -407,6 +460,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
     if let Ok(mut r) = routes.lock() {
         r.clear();
+    }
+    if let Ok(mut a) = aborts.lock() {
+        for (_, tx) in a.drain() {
+            let _ = tx.send(true);
+        }
     }
     drop(incoming);
     let _ = ended.send(true);
@@ -462,8 +520,10 @@ mod tests {
         srv_t.writer.finish().await.expect("fin");
         assert_eq!(read_all(&mut t.data).await, b"out");
         // The server's end of stream 1 was never finished; a reset ends it for the client.
+        assert!(!srv_t.aborted.is_aborted());
         srv_s.writer.reset(rst::CANCEL).await.expect("reset");
         assert!(s.data.recv().await.is_none());
+        s.aborted.wait().await;
     }
 
     #[tokio::test]
@@ -493,9 +553,12 @@ mod tests {
         let mut reply = vec![0u8; 8];
         b.read_exact(&mut reply).await.expect("reply");
         assert_eq!(&reply[..4], &[0x80, 0x03, 0x00, 0x02]);
+        assert!(!s.aborted.is_aborted());
         drop(b);
         server.ended().await;
         assert!(incoming.recv().await.is_none());
+        // The end of the session aborts every stream.
+        s.aborted.wait().await;
     }
 
     #[tokio::test]
