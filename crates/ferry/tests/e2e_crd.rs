@@ -433,3 +433,80 @@ print("after delete", len(api.list_cluster_custom_object(g, v, p)["items"]))
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines, want, "{out}");
 }
+
+/// The garbage collector follows ownerReferences to and from custom objects (it picks up the
+/// new kind through discovery), and deleting a namespace deletes its custom objects.
+#[test]
+fn garbage_collection_and_namespaces() {
+    let f = Ferry::start();
+    install_crd(&f);
+    f.k("kubectl", &["create", "configmap", "owner-cm"]);
+    let cm_uid = f.k(
+        "kubectl",
+        &["get", "cm", "owner-cm", "-o", "jsonpath={.metadata.uid}"],
+    );
+    let dependent = format!(
+        "{}  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: owner-cm\n    uid: {}\n",
+        VALID
+            .replace("  name: my-new-cron-object\n", "  name: owned-cron\n")
+            .replace("spec:\n", "")
+            .replace(
+                "  cronSpec: \"* * * * */5\"\n  image: my-awesome-cron-image\n",
+                ""
+            ),
+        cm_uid.trim()
+    ) + "spec:\n  cronSpec: \"* * * * */5\"\n";
+    let out = f.k_stdin("kubectl", &["apply", "-f", "-"], &dependent);
+    assert!(out.status.success(), "{}\n{dependent}", stderr(&out));
+    let out = f.k_stdin("kubectl", &["apply", "-f", "-"], VALID);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ct_uid = f.k(
+        "kubectl",
+        &[
+            "get",
+            "ct",
+            "my-new-cron-object",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    );
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: owned-cm\n  ownerReferences:\n  - apiVersion: stable.example.com/v1\n    kind: CronTab\n    name: my-new-cron-object\n    uid: {}\n",
+        ct_uid.trim()
+    );
+    let out = f.k_stdin("kubectl", &["apply", "-f", "-"], &cm);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Built-in owner gone: its custom dependent goes.
+    f.k("kubectl", &["delete", "cm", "owner-cm"]);
+    assert!(
+        eventually(90, || !f
+            .kubectl(&["get", "ct", "owned-cron"])
+            .status
+            .success()),
+        "the custom dependent of a deleted ConfigMap survived"
+    );
+    // Custom owner gone: its built-in dependent goes.
+    f.k("kubectl", &["delete", "ct", "my-new-cron-object"]);
+    assert!(
+        eventually(90, || !f
+            .kubectl(&["get", "cm", "owned-cm"])
+            .status
+            .success()),
+        "the ConfigMap owned by a deleted CronTab survived"
+    );
+
+    // Namespace deletion.
+    f.k("kubectl", &["create", "namespace", "crons"]);
+    let out = f.k_stdin("kubectl", &["apply", "-n", "crons", "-f", "-"], VALID);
+    assert!(out.status.success(), "{}", stderr(&out));
+    f.k("kubectl", &["delete", "namespace", "crons", "--wait=false"]);
+    assert!(
+        eventually(90, || {
+            !f.kubectl(&["get", "namespace", "crons"]).status.success()
+        }),
+        "namespace crons was not removed"
+    );
+    let left = f.k("kubectl", &["get", "ct", "-A", "-o", "name"]);
+    assert_eq!(left.trim(), "", "custom objects outlived their namespace");
+}

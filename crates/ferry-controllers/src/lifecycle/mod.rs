@@ -56,8 +56,28 @@ pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationTo
         let client = client.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
-            if let Some(caches) = graph::start(client.clone(), stop.clone()).await {
-                gc::run(client, caches, stop).await;
+            // Upstream's collector resyncs its monitors when discovery changes: custom resources
+            // come and go with their CRDs. Each generation runs until the set of resources
+            // changes, then the informers and collectors start again on the new set.
+            loop {
+                let generation = stop.child_token();
+                // Taken before the informers' own discovery: a resource appearing in between
+                // causes one extra restart, never a missed one.
+                let known = resource_set(&client).await.unwrap_or_default();
+                let Some(caches) = graph::start(client.clone(), generation.clone()).await else {
+                    return;
+                };
+                let watch = tokio::spawn(cancel_on_discovery_change(
+                    client.clone(),
+                    known,
+                    generation.clone(),
+                ));
+                gc::run(client.clone(), caches, generation.clone()).await;
+                generation.cancel();
+                watch.abort();
+                if stop.is_cancelled() {
+                    return;
+                }
             }
         })
     };
@@ -91,6 +111,51 @@ pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationTo
         let _ = t.await;
     }
     Ok(())
+}
+
+/// How often the garbage collector looks for resources that appeared or went away.
+const DISCOVERY_RESYNC: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The resources the collectors watch (`group/version/plural`): listable, watchable, deletable.
+async fn resource_set(client: &kube::Client) -> Result<std::collections::BTreeSet<String>> {
+    use kube::discovery::{Discovery, verbs};
+    let d = Discovery::new(client.clone()).run().await?;
+    let mut out = std::collections::BTreeSet::new();
+    for g in d.groups() {
+        for (ar, caps) in g.recommended_resources() {
+            if caps.supports_operation(verbs::LIST)
+                && caps.supports_operation(verbs::WATCH)
+                && caps.supports_operation(verbs::DELETE)
+                && !ar.plural.contains('/')
+            {
+                out.insert(format!("{}/{}", ar.api_version, ar.plural));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Cancels `generation` once discovery shows another set of resources than `known`.
+async fn cancel_on_discovery_change(
+    client: kube::Client,
+    known: std::collections::BTreeSet<String>,
+    generation: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = generation.cancelled() => return,
+            _ = tokio::time::sleep(DISCOVERY_RESYNC) => {}
+        }
+        if let Ok(now) = resource_set(&client).await
+            && now != known
+        {
+            tracing::info!(
+                "served resources changed; restarting the garbage collector's informers"
+            );
+            generation.cancel();
+            return;
+        }
+    }
 }
 
 /// A reflector store of every `K`, kept current by a watch until `stop`; `notify` fires on
