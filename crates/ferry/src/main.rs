@@ -200,7 +200,7 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = parse_cli();
     // One descriptor per connection: raise the soft limit to the hard one (or to
     // --max-open-files), before any component sizes its caps from it.
     // (Not for the built-in images: they are pods, whose output is theirs.)
@@ -370,4 +370,46 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
     shutdown.cancel();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), running.done).await;
     Ok(())
+}
+
+/// `ferry up` and `ferry apiserver` share [`ServerArgs`]: the flags documented as "`ferry up`
+/// only" are hidden from `ferry apiserver --help` and refused there, so each subcommand shows
+/// (and takes) only its own flags.
+fn parse_cli() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    fn up_only(a: &clap::Arg) -> bool {
+        a.get_help()
+            .is_some_and(|h| h.to_string().starts_with("`ferry up` only"))
+    }
+    let mut cmd = Cli::command().mut_subcommand("apiserver", |sc| {
+        let ids: Vec<clap::Id> = sc
+            .get_arguments()
+            .filter(|a| up_only(a))
+            .map(|a| a.get_id().clone())
+            .collect();
+        ids.into_iter()
+            .fold(sc, |sc, id| sc.mut_arg(id, |a| a.hide(true)))
+    });
+    let matches = cmd.clone().get_matches();
+    if let Some(("apiserver", sub)) = matches.subcommand() {
+        let refused: Vec<String> = cmd
+            .find_subcommand("apiserver")
+            .into_iter()
+            .flat_map(|c| c.get_arguments())
+            .filter(|a| up_only(a))
+            .filter(|a| {
+                sub.value_source(a.get_id().as_str())
+                    == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|a| format!("--{}", a.get_long().unwrap_or(a.get_id().as_str())))
+            .collect();
+        if let Some(flag) = refused.first() {
+            cmd.error(
+                clap::error::ErrorKind::UnknownArgument,
+                format!("{flag} is a flag of `ferry up` only, not of `ferry apiserver`"),
+            )
+            .exit();
+        }
+    }
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
