@@ -142,6 +142,12 @@ pub(crate) struct ServerArgs {
     /// `ferry up` only: CNI plugin directories (comma-separated).
     #[arg(long, value_delimiter = ',')]
     cni_bin_dir: Vec<PathBuf>,
+    /// `ferry up` only (netns pod network): add routes in this machine's own network namespace
+    /// to the cluster's node, pod, Service and load-balancer ranges through a veth into the
+    /// cluster namespace, so the host reaches them without `ferry exec-net`. Off by default:
+    /// the only option that changes the machine's network; removed on exit.
+    #[arg(long)]
+    host_routes: bool,
     /// `ferry up` only: the node agent's endpoint port (logs, exec); 0 picks a free one.
     #[arg(long, default_value_t = 10250)]
     agent_port: u16,

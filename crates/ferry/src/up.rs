@@ -49,6 +49,31 @@ fn kube_dns_ip(service_range: &str) -> Option<IpAddr> {
     }
 }
 
+/// The kube-dns address of each family of the Service range (the tenth address of each).
+fn kube_dns_ips(service_range: &str) -> Vec<IpAddr> {
+    service_range
+        .split(',')
+        .filter_map(|r| kube_dns_ip(r.trim()))
+        .take(2)
+        .collect()
+}
+
+/// The kernel proxy's kube-dns endpoints: each node's address of each kube-dns family.
+fn kube_dns_endpoints(
+    plan: &ferry_node::netns::ClusterPlan,
+    dns_ips: &[IpAddr],
+) -> Vec<(IpAddr, String)> {
+    plan.nodes
+        .iter()
+        .flat_map(|n| {
+            n.ips
+                .iter()
+                .filter(|i| dns_ips.iter().any(|d| d.is_ipv4() == i.is_ipv4()))
+                .map(|i| (*i, n.name.clone()))
+        })
+        .collect()
+}
+
 /// The first node-sized block of the cluster CIDR (the one node IPAM gives the only node).
 fn first_pod_block(cluster_cidr: &str) -> Option<ipnet::IpNet> {
     let net: ipnet::IpNet = cluster_cidr.split(',').next()?.trim().parse().ok()?;
@@ -184,11 +209,33 @@ pub struct Services {
     threads: Vec<std::thread::JoinHandle<()>>,
     plan: Option<ferry_node::netns::ClusterPlan>,
     data_dir: std::path::PathBuf,
+    /// netns mode: the running nodes (a deleted Node's entry is taken out and torn down).
+    nodes: NodeRuns,
+    /// `--host-routes`: the link and routes in the machine's namespace.
+    host_routes: Option<ferry_node::hostroutes::HostRoutes>,
 }
+
+/// One node of the netns cluster: what stops it and what to wait for.
+struct NodeRun {
+    name: String,
+    stop: CancellationToken,
+    agent: Option<tokio::task::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    state_dir: std::path::PathBuf,
+    pod_prefix: String,
+}
+
+type NodeRuns = std::sync::Arc<std::sync::Mutex<Vec<NodeRun>>>;
 
 impl Services {
     /// Waits (bounded) for the agents to stop their pods, then removes every namespace.
-    pub async fn stop(self) {
+    pub async fn stop(mut self) {
+        let runs: Vec<NodeRun> =
+            std::mem::take(&mut *self.nodes.lock().unwrap_or_else(|p| p.into_inner()));
+        for r in runs {
+            self.agents.extend(r.agent);
+            self.threads.extend(r.thread);
+        }
         let wait = async {
             for a in self.agents {
                 let _ = a.await;
@@ -210,7 +257,126 @@ impl Services {
             let _ = std::fs::remove_file(self.data_dir.join(NETNS_FILE));
             tracing::info!("removed {n} network namespace(s)");
         }
+        // The link died with the cluster namespace; this removes it if that failed.
+        if let Some(h) = self.host_routes {
+            h.remove();
+        }
     }
+}
+
+/// Watches Nodes; when one of the cluster's nodes is deleted (`kubectl delete node`), stops
+/// its agent (which stops its pods), service proxy and DNS listener, then removes its pod
+/// networks, namespace, veth and routes (the pods bound to it go through the controllers'
+/// pod GC, as upstream).
+async fn remove_deleted_nodes(
+    client: kube::Client,
+    runs: NodeRuns,
+    plan: std::sync::Arc<std::sync::Mutex<ferry_node::netns::ClusterPlan>>,
+    data_dir: std::path::PathBuf,
+    bin_dirs: Vec<std::path::PathBuf>,
+    kernel_dns: Option<Vec<IpAddr>>,
+    shutdown: CancellationToken,
+) {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    // Nodes seen registered: only those can be deleted (an agent may not have registered yet).
+    let mut seen: std::collections::HashSet<String> = Default::default();
+    let mut listed: Option<std::collections::HashSet<String>> = None;
+    loop {
+        let ev = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            ev = stream.next() => ev,
+        };
+        let mut deleted = Vec::new();
+        match ev {
+            Some(Ok(watcher::Event::Init)) => listed = Some(Default::default()),
+            Some(Ok(watcher::Event::InitApply(n))) => {
+                let name = kube::ResourceExt::name_any(&n);
+                if let Some(l) = listed.as_mut() {
+                    l.insert(name.clone());
+                }
+                seen.insert(name);
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                // A relist: nodes seen before and missing now were deleted meanwhile.
+                if let Some(l) = listed.take() {
+                    deleted.extend(seen.iter().filter(|n| !l.contains(*n)).cloned());
+                }
+            }
+            Some(Ok(watcher::Event::Apply(n))) => {
+                seen.insert(kube::ResourceExt::name_any(&n));
+            }
+            Some(Ok(watcher::Event::Delete(n))) => deleted.push(kube::ResourceExt::name_any(&n)),
+            Some(Err(e)) => {
+                tracing::debug!("node watch: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            None => return,
+        }
+        for name in deleted {
+            seen.remove(&name);
+            let run = {
+                let mut r = runs.lock().unwrap_or_else(|p| p.into_inner());
+                r.iter().position(|x| x.name == name).map(|i| r.remove(i))
+            };
+            let Some(run) = run else { continue };
+            remove_node(run, &plan, &data_dir, &bin_dirs).await;
+            // The kernel proxy's kube-dns endpoints lose the node's DNS listeners.
+            if let Some(ips) = &kernel_dns {
+                let p = plan.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                point_kube_dns_endpoints(&client, &kube_dns_endpoints(&p, ips)).await;
+            }
+        }
+    }
+}
+
+async fn remove_node(
+    mut run: NodeRun,
+    plan: &std::sync::Mutex<ferry_node::netns::ClusterPlan>,
+    data_dir: &Path,
+    bin_dirs: &[std::path::PathBuf],
+) {
+    use std::time::Duration;
+    let name = run.name.clone();
+    eprintln!(
+        "ferry up: node {name} was deleted: stopping its agent, proxy and DNS, removing its network"
+    );
+    run.stop.cancel();
+    if let Some(a) = run.agent.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(20), a).await;
+    }
+    if let Some(t) = run.thread.take() {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::task::spawn_blocking(move || t.join()),
+        )
+        .await;
+    }
+    let current = plan.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (state_dir, pod_prefix) = (run.state_dir.clone(), run.pod_prefix.clone());
+    let (n2, bins) = (name.clone(), bin_dirs.to_vec());
+    let cur2 = current.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        ferry_node::noderemoval::remove_node(&cur2, &n2, &state_dir, &bins, &pod_prefix)
+    })
+    .await;
+    match r {
+        Ok(Ok(n)) if n > 0 => tracing::info!("node {name}: cleaned up {n} pod network(s)"),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!("removing node {name}'s network: {e}"),
+        Err(e) => tracing::warn!("removing node {name}'s network: {e}"),
+    }
+    let _ = std::fs::remove_dir_all(&run.state_dir);
+    let next = ferry_node::noderemoval::without(&current, &name);
+    if let Ok(text) = serde_json::to_vec_pretty(&next) {
+        let _ = std::fs::write(data_dir.join(NETNS_FILE), text);
+    }
+    *plan.lock().unwrap_or_else(|p| p.into_inner()) = next;
+    // A removed node's agent is stopped on purpose: not a readiness failure.
+    crate::supervise::add_check(&format!("ferry-agent-{name}"), || Ok(()));
+    eprintln!("ferry up: node {name} removed");
 }
 
 /// Where `ferry up` records its cluster network (read by `ferry exec-net`).
@@ -282,6 +448,12 @@ pub async fn start_services(
             a.nodes
         );
     }
+    if a.host_routes {
+        anyhow::bail!(
+            "--host-routes needs the netns pod network (run as root): the loopback pod network \
+             is reachable from the host already"
+        );
+    }
     proxy_mode(a, PodNetworkMode::Loopback)?;
     // Each component with its own client certificate and least privilege (issue 14).
     let ids =
@@ -291,7 +463,7 @@ pub async fn start_services(
     let dns_ip =
         kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
     let root = is_root();
-    ensure_kube_dns_service(running, dns_ip).await;
+    ensure_kube_dns_service(running, &[dns_ip]).await;
 
     let cluster_cidr = cluster_cidr(a);
     start_controllers(
@@ -410,7 +582,9 @@ async fn start_netns(
     let cluster_cidr = cluster_cidr(a);
     let dns_ip =
         kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
-    ensure_kube_dns_service(running, dns_ip).await;
+    // kube-dns answers on both families of a dual-stack cluster (a PreferDualStack Service).
+    let dns_ips = kube_dns_ips(&service_range);
+    ensure_kube_dns_service(running, &dns_ips).await;
 
     // The cluster network; whatever a previous run on this data directory left goes first.
     let prefix = netns::prefix_for(&a.data_dir);
@@ -446,6 +620,25 @@ async fn start_netns(
         a.data_dir.join(NETNS_FILE),
         serde_json::to_vec_pretty(&plan)?,
     )?;
+    // Opt-in: routes in the machine's own namespace to the cluster's ranges.
+    if a.host_routes {
+        let pods: Vec<ipnet::IpNet> = cluster_cidr
+            .split(',')
+            .filter_map(|r| r.trim().parse().ok())
+            .collect();
+        let svcs: Vec<ipnet::IpNet> = service_range
+            .split(',')
+            .filter_map(|r| r.trim().parse().ok())
+            .collect();
+        let existing = ferry_node::hostroutes::machine_routes();
+        let h = ferry_node::hostroutes::HostRoutes::plan(&plan, &pods, &svcs, &existing)?;
+        eprintln!("{}", h.warning());
+        if let Err(e) = h.apply() {
+            plan.remove();
+            return Err(anyhow::Error::new(e).context("adding host routes"));
+        }
+        services.host_routes = Some(h);
+    }
 
     // The API server for pods: a forwarder on the cluster bridge's gateway addresses.
     let api_port = running.addr.port();
@@ -468,17 +661,8 @@ async fn start_netns(
     // kube-dns: with a kernel proxy, a Service whose endpoints are the DNS listeners on the
     // node addresses (as CoreDNS pods would be); with the userspace proxy, the DNS servers
     // answer on the Service address itself and the Service has no endpoints.
-    let dns_on = |n: &netns::NodePlan| {
-        n.ips
-            .iter()
-            .copied()
-            .find(|i| i.is_ipv4() == dns_ip.is_ipv4())
-    };
     let dns_endpoints: Vec<(IpAddr, String)> = if kernel_proxy {
-        plan.nodes
-            .iter()
-            .filter_map(|n| dns_on(n).map(|ip| (ip, n.name.clone())))
-            .collect()
+        kube_dns_endpoints(&plan, &dns_ips)
     } else {
         Vec::new()
     };
@@ -546,13 +730,17 @@ async fn start_netns(
         agent.secondary_node_ip = node.ips[1..].to_vec();
         agent.endpoint_address = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
         agent.port = if i == 0 { a.agent_port } else { 0 };
-        agent.cluster_dns = vec![dns_ip.to_string()];
+        agent.cluster_dns = dns_ips.iter().map(|i| i.to_string()).collect();
         agent.state_dir = a.data_dir.join("agent").join("nodes").join(&node.name);
         agent.wait_for_pod_cidr = true;
         agent.pod_network = "netns".into();
         agent.node_netns = Some(node_ns.clone());
         agent.cluster_netns = Some(plan.cluster_netns.clone());
-        agent.pod_netns_prefix = format!("{prefix}-pod-");
+        // Per node, so one node's pod namespaces can be told from another's.
+        agent.pod_netns_prefix = format!("{prefix}-pod{}-", i + 1);
+        let node_stop = shutdown.child_token();
+        let node_state_dir = agent.state_dir.clone();
+        let node_pod_prefix = agent.pod_netns_prefix.clone();
         // The agent's endpoint (on loopback, named by the Node's ferry.dev/agent-endpoint
         // annotation): HTTPS with a serving certificate from the cluster CA, as for one node.
         let mut cert_ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
@@ -568,12 +756,12 @@ async fn start_netns(
         if !a.cni_bin_dir.is_empty() {
             agent.cni_bin_dir = a.cni_bin_dir.clone();
         }
-        let stop = shutdown.clone();
-        services.agents.push(crate::supervise::spawn(
+        let stop = node_stop.clone();
+        let agent_task = crate::supervise::spawn(
             crate::supervise::Component::new(format!("ferry-agent-{}", node.name)),
-            shutdown.clone(),
+            node_stop.clone(),
             move || ferry_node::run(agent.clone(), stop.clone().cancelled_owned()),
-        ));
+        );
 
         // The node's service proxy and DNS listeners, inside its namespace. The kube client is
         // made here: its connections to the API server (on loopback) are made by this runtime.
@@ -610,17 +798,23 @@ async fn start_netns(
             .context("proxy arguments")?
             .p
         };
-        let stop = shutdown.clone();
+        let stop = node_stop.clone();
         let dns = dns.clone();
         let nodes = plan.nodes.len().max(1);
-        let dns_listen = std::net::SocketAddr::new(
-            if kernel_proxy {
-                dns_on(node).unwrap_or(dns_ip)
-            } else {
-                dns_ip
-            },
-            53,
-        );
+        // Every family: the kube-dns ClusterIPs (userspace proxy) or the node's addresses
+        // (the kernel proxy's kube-dns endpoints).
+        let dns_listens: Vec<std::net::SocketAddr> = if kernel_proxy {
+            node.ips
+                .iter()
+                .filter(|i| dns_ips.iter().any(|d| d.is_ipv4() == i.is_ipv4()))
+                .map(|i| std::net::SocketAddr::new(*i, 53))
+                .collect()
+        } else {
+            dns_ips
+                .iter()
+                .map(|i| std::net::SocketAddr::new(*i, 53))
+                .collect()
+        };
         let name = node.name.clone();
         // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
         // namespace, kept in line by watches and one sync loop.
@@ -632,10 +826,8 @@ async fn start_netns(
             },
         );
         netpol_cfg.metrics = Some(netpol_metrics.clone());
-        services.threads.push(netns::spawn_runtime(
-            node_ns,
-            format!("node-{}", i + 1),
-            move || async move {
+        let node_thread =
+            netns::spawn_runtime(node_ns, format!("node-{}", i + 1), move || async move {
                 let proxy =
                     match ferry_proxy::start(proxy_client, &proxy_args, stop.child_token()).await {
                         Ok(p) => Some(p),
@@ -720,7 +912,14 @@ async fn start_netns(
                 .join(", ")
         );
     } else {
-        eprintln!("ferry up: cluster DNS on {dns_ip}:53 in every node namespace (UDP and TCP)");
+        eprintln!(
+            "ferry up: cluster DNS on {} in every node namespace (UDP and TCP)",
+            dns_ips
+                .iter()
+                .map(|i| format!("{}:53", bracket(*i)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
     }
     eprintln!(
         "ferry up: pod network netns: nodes {} ({}), Services in {service_range}, pods in {cluster_cidr}, \
@@ -935,7 +1134,10 @@ fn bracket(ip: IpAddr) -> String {
 }
 
 /// The `kube-system/kube-dns` Service (selectorless: the in-process DNS serves its address).
-async fn ensure_kube_dns_service(running: &ferry_apiserver::Running, ip: IpAddr) {
+async fn ensure_kube_dns_service(running: &ferry_apiserver::Running, ips: &[IpAddr]) {
+    let Some(ip) = ips.first().copied() else {
+        return;
+    };
     let api = &running.server.api;
     let Some(res) = api.resource("", "v1", "services").cloned() else {
         return;
@@ -958,6 +1160,9 @@ async fn ensure_kube_dns_service(running: &ferry_apiserver::Running, ip: IpAddr)
         },
         "spec": {
             "clusterIP": ip.to_string(),
+            "clusterIPs": ips.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+            "ipFamilies": ips.iter().map(|i| if i.is_ipv4() { "IPv4" } else { "IPv6" }).collect::<Vec<_>>(),
+            "ipFamilyPolicy": if ips.len() > 1 { "PreferDualStack" } else { "SingleStack" },
             "ports": [
                 {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                 {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},

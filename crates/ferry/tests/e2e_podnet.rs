@@ -86,6 +86,46 @@ fn processes(needle: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Threads (`pid/tid comm`) whose network namespace has inode `ino`.
+fn netns_holders(ino: u64) -> Vec<String> {
+    let want = format!("net:[{ino}]");
+    let mut v = Vec::new();
+    for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = p.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_err() {
+            continue;
+        }
+        for f in std::fs::read_dir(p.path().join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if std::fs::read_link(f.path()).is_ok_and(|l| l.to_string_lossy() == want) {
+                v.push(format!("{pid} fd {}", f.file_name().to_string_lossy()));
+            }
+        }
+        for t in std::fs::read_dir(p.path().join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if std::fs::read_link(t.path().join("ns/net"))
+                .is_ok_and(|l| l.to_string_lossy() == want)
+            {
+                let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+                v.push(format!(
+                    "{pid}/{} {}",
+                    t.file_name().to_string_lossy(),
+                    comm.trim()
+                ));
+            }
+        }
+    }
+    v
+}
+
 fn root_links() -> usize {
     Command::new("ip")
         .args(["-o", "link", "show"])
@@ -333,7 +373,12 @@ fn three_nodes_dual_stack() {
         return;
     }
     let links_before = root_links();
-    let mut c = Cluster::start(&["--nodes", "3"]);
+    // Pods of a deleted node are collected by the pod GC after its quarantine (upstream: 40 s).
+    let mut c = Cluster::start(&[
+        "--nodes",
+        "3",
+        "--controllers-arg=--pod-gc-orphan-quarantine-seconds=2",
+    ]);
     let prefix = prefix_of(c.dir.path());
     assert!(
         eventually(60, || {
@@ -489,6 +534,52 @@ spec:
         &["dig", "+short", "+time=2", "web.default.svc.cluster.local"],
         cips[0],
     );
+    // kube-dns is dual-stack (PreferDualStack): pods get both nameservers, and the IPv6 one
+    // answers over IPv6 for both record types.
+    let dns_ips = c.k(&[
+        "get",
+        "svc",
+        "-n",
+        "kube-system",
+        "kube-dns",
+        "-o",
+        "jsonpath={.spec.ipFamilyPolicy} {.spec.clusterIPs[*]}",
+    ]);
+    assert_eq!(dns_ips, "PreferDualStack 10.96.0.10 fd00:10:96::a");
+    c.exec_until(
+        "client",
+        None,
+        &["cat", "/etc/resolv.conf"],
+        "nameserver fd00:10:96::a",
+    );
+    c.exec_until(
+        "client",
+        None,
+        &[
+            "dig",
+            "-6",
+            "+short",
+            "+time=2",
+            "@fd00:10:96::a",
+            "AAAA",
+            "web.default.svc.cluster.local",
+        ],
+        cips[1],
+    );
+    c.exec_until(
+        "client",
+        None,
+        &[
+            "dig",
+            "-6",
+            "+short",
+            "+time=2",
+            "+tcp",
+            "@fd00:10:96::a",
+            "web.default.svc.cluster.local",
+        ],
+        cips[0],
+    );
     // The kubernetes Service reaches the API server from a pod.
     c.exec_until(
         "client",
@@ -542,6 +633,114 @@ spec:
         .output()
         .expect("exec-net");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "a1");
+
+    // `kubectl delete node pn-3`: its agent, proxy and DNS stop; its pods' processes and
+    // namespaces, its own namespace, its veth on the cluster bridge and the cluster's routes
+    // through it go; the pod GC deletes the pods bound to it; the other nodes keep working.
+    let cluster_ns = format!("{prefix}cluster");
+    let client_uid = c.jsonpath("pod", "client", "{.metadata.uid}");
+    let client_ns = format!("{prefix}pod3-{client_uid}");
+    let node3_ns = format!("{prefix}node3");
+    assert!(
+        namespaces(&prefix).contains(&client_ns),
+        "{:?}",
+        namespaces(&prefix)
+    );
+    let client_pids: Vec<String> = Command::new("ip")
+        .args(["netns", "pids", &client_ns])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !client_pids.is_empty(),
+        "the client pod runs in {client_ns}"
+    );
+    let cluster_links = || {
+        Command::new("ip")
+            .args(["-n", &cluster_ns, "-o", "link", "show"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default()
+    };
+    let cluster_routes = || {
+        ["-4", "-6"]
+            .iter()
+            .map(|f| {
+                Command::new("ip")
+                    .args(["-n", &cluster_ns, f, "route", "show"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+                    .unwrap_or_default()
+            })
+            .collect::<String>()
+    };
+    assert!(cluster_links().contains("fv3@"), "{}", cluster_links());
+    assert!(
+        cluster_routes().contains("via 198.18.0.13"),
+        "{}",
+        cluster_routes()
+    );
+    let others_before = namespaces(&prefix).len();
+    let node3_ino = std::fs::metadata(format!("/run/netns/{node3_ns}"))
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
+    c.k(&["delete", "node", "pn-3"]);
+    let gone = eventually(60, || {
+        let ns = namespaces(&prefix);
+        !ns.contains(&client_ns)
+            && !ns.contains(&node3_ns)
+            && !cluster_links().contains("fv3@")
+            && !cluster_routes().contains("via 198.18.0.13")
+            && !cluster_routes().contains("via fd00:198:18::d")
+            && client_pids
+                .iter()
+                .all(|p| !Path::new(&format!("/proc/{p}")).exists())
+            && !c.kubectl(&["get", "pod", "client"], None).status.success()
+    });
+    assert!(
+        gone,
+        "node pn-3 left: namespaces {:?}, held by {:?}, links {}, routes {}, pod {}\nlog tail:\n{}",
+        namespaces(&prefix),
+        netns_holders(node3_ino),
+        cluster_links(),
+        cluster_routes(),
+        String::from_utf8_lossy(&c.kubectl(&["get", "pod", "client"], None).stdout),
+        tail(&c.log())
+    );
+    assert_eq!(
+        namespaces(&prefix).len(),
+        others_before - 2,
+        "only pn-3 and its pod went: {:?}",
+        namespaces(&prefix)
+    );
+    let out = Command::new(ferry_bin())
+        .args(["exec-net", "--data-dir"])
+        .arg(c.dir.path())
+        .args(["--node", "pn-3", "--", "true"])
+        .output()
+        .expect("exec-net");
+    assert!(
+        !out.status.success(),
+        "pn-3 is no longer in the cluster record"
+    );
+    // The remaining nodes still reach each other (pn-2 -> pn-1).
+    c.exec_until(
+        "side",
+        Some("sidecar"),
+        &[
+            "curl",
+            "-s",
+            "-m",
+            "3",
+            &format!("http://{}:8080/", a1_ips[0]),
+        ],
+        "a1",
+    );
 
     // Exit: no namespace, process or root link left.
     let dir = c.dir.path().display().to_string();
@@ -922,5 +1121,167 @@ spec:
         "left behind: {:?} {:?}",
         namespaces(&prefix),
         processes(&dir)
+    );
+}
+
+/// Host-local leases (files named by address) in a node's IPAM directory.
+fn leases(dir: &Path) -> Vec<String> {
+    let ipam = dir.join("agent/nodes/pn/cni/ipam/ferry");
+    std::fs::read_dir(ipam)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pod-side veths on the node's bridge (the node's own `eth0` is not one).
+fn pod_veths(node_ns: &str) -> usize {
+    Command::new("ip")
+        .args(["-n", node_ns, "-o", "link", "show", "type", "veth"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| !l.contains(" eth0@"))
+                .count()
+        })
+        .unwrap_or(usize::MAX)
+}
+
+/// `reason|count|message` of each Event about a pod.
+fn pod_events(c: &Cluster, pod: &str) -> Vec<(String, u64, String)> {
+    let out = c.kubectl(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+            "-o",
+            "jsonpath={range .items[*]}{.reason}|{.count}|{.message}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut p = l.splitn(3, '|');
+            Some((
+                p.next()?.to_string(),
+                p.next()?.parse().unwrap_or(1),
+                p.next()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Waits until the pod has `FailedCreatePodSandBox` Events whose messages contain `cause`,
+/// at least `times` of them (counting repeats): retried with back-off.
+fn wait_sandbox_failures(c: &Cluster, pod: &str, cause: &str, times: u64) {
+    let ok = eventually(60, || {
+        pod_events(c, pod)
+            .iter()
+            .filter(|(r, _, m)| r == "FailedCreatePodSandBox" && m.contains(cause))
+            .map(|(_, n, _)| *n)
+            .sum::<u64>()
+            >= times
+    });
+    assert!(
+        ok,
+        "no {times} FailedCreatePodSandBox events naming {cause:?} for {pod}: {:?}\nlog tail:\n{}",
+        pod_events(c, pod),
+        tail(&c.log())
+    );
+    // Meanwhile the pod waits in ContainerCreating.
+    assert_eq!(c.jsonpath("pod", pod, "{.status.phase}"), "Pending");
+    assert_eq!(
+        c.jsonpath(
+            "pod",
+            pod,
+            "{.status.containerStatuses[0].state.waiting.reason}"
+        ),
+        "ContainerCreating"
+    );
+}
+
+#[test]
+fn cni_failure_and_exhausted_pod_cidr() {
+    if !usable() {
+        return;
+    }
+    // A failing plugin: `portmap` (the last of the default network) wrapped by a script that
+    // fails ADD while a gate file exists. A tiny pod CIDR: a /30 per node, one pod address
+    // (host-local keeps .1 for the gateway).
+    let tools = tempfile::tempdir().expect("tempdir");
+    let gate = tools.path().join("gate");
+    std::fs::write(&gate, "").expect("gate");
+    let script = format!(
+        "#!/bin/sh\nif [ -e {} ] && [ \"$CNI_COMMAND\" = ADD ]; then\n  cat >/dev/null\n  \
+         echo '{{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"e2e: injected portmap failure\"}}'\n  \
+         exit 1\nfi\nexec /usr/lib/cni/portmap\n",
+        gate.display()
+    );
+    let plugin = tools.path().join("portmap");
+    std::fs::write(&plugin, script).expect("plugin");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let bins = format!("{},/usr/lib/cni", tools.path().display());
+    let mut c = Cluster::start(&[
+        "--cni-bin-dir",
+        &bins,
+        "--cluster-cidr",
+        "10.244.0.0/30,fd00:10:244::/56",
+        "--controllers-arg=--node-cidr-mask-size-ipv4=30",
+    ]);
+    let prefix = prefix_of(c.dir.path());
+    let node_ns = format!("{prefix}node1");
+    let nothing_left = |pods: usize, c: &Cluster| {
+        namespaces(&prefix).len() == 2 + pods
+            && pod_veths(&node_ns) == pods
+            && leases(c.dir.path()).len() == 2 * pods
+    };
+
+    // The plugin fails: Pending with Events naming the cause, retried, nothing left over.
+    c.apply(&serve_pod("g1", "pn", 8080));
+    wait_sandbox_failures(&c, "g1", "e2e: injected portmap failure", 2);
+    assert!(
+        eventually(30, || nothing_left(0, &c)),
+        "a failed sandbox leaked: namespaces {:?}, veths {}, leases {:?}",
+        namespaces(&prefix),
+        pod_veths(&node_ns),
+        leases(c.dir.path())
+    );
+    // The plugin recovers: the next retry succeeds.
+    std::fs::remove_file(&gate).expect("open the gate");
+    c.wait_running(&["g1"]);
+    assert_eq!(c.jsonpath("pod", "g1", "{.status.podIP}"), "10.244.0.2");
+
+    // The pod CIDR is exhausted: the second pod waits, naming host-local's error, and holds
+    // nothing; once the first pod goes, it gets the address.
+    c.apply(&serve_pod("g2", "pn", 8080));
+    wait_sandbox_failures(&c, "g2", "no IP addresses available", 1);
+    assert!(
+        eventually(30, || nothing_left(1, &c)),
+        "an exhausted pod CIDR leaked: namespaces {:?}, veths {}, leases {:?}",
+        namespaces(&prefix),
+        pod_veths(&node_ns),
+        leases(c.dir.path())
+    );
+    c.k(&["delete", "pod", "g1", "--wait=true"]);
+    c.wait_running(&["g2"]);
+    assert_eq!(c.jsonpath("pod", "g2", "{.status.podIP}"), "10.244.0.2");
+    assert!(
+        eventually(30, || nothing_left(1, &c)),
+        "{:?} {:?}",
+        namespaces(&prefix),
+        leases(c.dir.path())
+    );
+    c.sigterm();
+    assert!(
+        eventually(10, || namespaces(&prefix).is_empty()),
+        "{:?}",
+        namespaces(&prefix)
     );
 }
