@@ -6,4 +6,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -p ferry-proxy --example kproxy_bench
-exec nice -n 19 target/release/examples/kproxy_bench "${1:-10000}" "${2:-30}"
+exec nice -n 19 target/release/examples/kproxy_bench "${1:-10000}" "${2:-30}" ${3:+"$3"}

@@ -10,7 +10,8 @@
 //!   full `iptables-restore` (what the iptables proxier does on a change);
 //! - first-packet (TCP connect) latency to the 1st and the Nth Service with Ferry's table.
 //!
-//! Usage: `kproxy_bench [SERVICES] [SAMPLES] [ferry-only]` (defaults 10000, 30), as root.
+//! Usage: `kproxy_bench [SERVICES] [SAMPLES] [ferry-only|no-iptables-nft]` (defaults 10000,
+//! 30), as root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
@@ -409,7 +410,13 @@ fn main() {
     let none = Default::default();
     let ipt_text = iptables::render(&ports, false, &icfg, &none).text;
     let mut ipt_results = Vec::new();
+    // `no-iptables-nft`: iptables-nft's full restore of 10k Services takes minutes per sample.
+    let skip_nft_backend = args.get(3).map(String::as_str) == Some("no-iptables-nft");
     for cmd in ["iptables-legacy", "iptables"] {
+        if skip_nft_backend && cmd == "iptables" {
+            println!("iptables-restore (nft back end): skipped (no-iptables-nft)");
+            continue;
+        }
         let restore = format!("{cmd}-restore");
         if apply::run(&[], &["sh", "-c", &format!("command -v {restore}")], None).is_err() {
             continue;

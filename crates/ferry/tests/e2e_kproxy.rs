@@ -520,6 +520,23 @@ spec:
         );
     }
 
+    // Localhost NodePorts: iptables mode answers on 127.0.0.1 inside a node (route_localnet,
+    // as upstream's iptables mode); nftables mode does not (as upstream's nftables mode).
+    let localhost = url("127.0.0.1", &np);
+    if mode == "iptables" {
+        assert_eq!(
+            c.backends(From::Node(1), &localhost, 8),
+            both,
+            "localhost NodePort"
+        );
+    } else {
+        assert_eq!(
+            c.get(From::Node(1), &localhost),
+            None,
+            "no localhost NodePort"
+        );
+    }
+
     // LoadBalancer with externalTrafficPolicy Local: a node answers only with its own
     // endpoints, a node without any drops; the health check says which.
     assert!(

@@ -38,6 +38,7 @@ pub const FILTER_CHAINS: &[&str] = &[
     "KUBE-SERVICES",
     "KUBE-EXTERNAL-SERVICES",
     "KUBE-FORWARD",
+    "KUBE-FIREWALL",
 ];
 /// The fixed chains kube-proxy owns in the nat table.
 pub const NAT_CHAINS: &[&str] = &[
@@ -98,6 +99,9 @@ pub fn jump_rules() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
         "FORWARD",
         [&c("kubernetes forwarding rules")[..], &j("KUBE-FORWARD")].concat(),
     ));
+    // Localhost NodePorts need route_localnet; this keeps other hosts from using it.
+    v.push(("filter", "INPUT", j("KUBE-FIREWALL").to_vec()));
+    v.push(("filter", "OUTPUT", j("KUBE-FIREWALL").to_vec()));
     v.push((
         "nat",
         "OUTPUT",
@@ -408,6 +412,11 @@ pub fn render(
     out.push_str("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP\n");
     out.push_str("-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT\n");
     out.push_str("-A KUBE-FORWARD -m comment --comment \"kubernetes forwarding conntrack rule\" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n");
+    if !ipv6 {
+        // NodePorts answer on 127.0.0.1 too (upstream's localhost NodePorts, with
+        // route_localnet=1): packets to 127.0.0.0/8 from elsewhere are martians again.
+        out.push_str("-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n");
+    }
     out.push_str(&filter);
     out.push_str("COMMIT\n*nat\n");
     for c in NAT_CHAINS {

@@ -144,10 +144,21 @@ impl Applier {
                 ),
                 Box::new(incr::Incremental::new(&nft_config(args))),
             ),
-            ProxyMode::Iptables => Applier::Ipt(apply::IptApplier::new(
-                &args.kernel.iptables_command,
-                prefix,
-            )),
+            ProxyMode::Iptables => {
+                // Localhost NodePorts (as upstream's iptables mode): 127.0.0.1 may be routed
+                // to an endpoint. Set where the rules go (a node namespace in `ferry up`).
+                if let Err(e) = apply::run(
+                    &prefix,
+                    &["sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"],
+                    None,
+                ) {
+                    tracing::warn!("route_localnet (localhost NodePorts): {e}");
+                }
+                Applier::Ipt(apply::IptApplier::new(
+                    &args.kernel.iptables_command,
+                    prefix,
+                ))
+            }
             ProxyMode::Userspace => bail!("not a kernel proxy mode"),
         })
     }

@@ -83,6 +83,28 @@ fn seed_002_names_and_probabilities() {
 }
 
 #[test]
+fn localhost_nodeports_firewall() {
+    let v4 = render(&[], false, &IptConfig::default(), &BTreeSet::new()).text;
+    assert!(v4.contains(":KUBE-FIREWALL - [0:0]\n"), "{v4}");
+    assert!(
+        v4.contains("-A KUBE-FIREWALL -m comment --comment \"block incoming localnet connections\" -d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n"),
+        "{v4}"
+    );
+    // NodePorts match every local destination, 127.0.0.1 included.
+    assert!(v4.contains("-m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n"));
+    let v6 = render(&[], true, &IptConfig::default(), &BTreeSet::new()).text;
+    assert!(v6.contains(":KUBE-FIREWALL - [0:0]\n"));
+    assert!(!v6.contains("-A KUBE-FIREWALL"), "{v6}");
+    let jumps = jump_rules();
+    for chain in ["INPUT", "OUTPUT"] {
+        assert!(jumps.iter().any(|(t, c, spec)| *t == "filter"
+            && *c == chain
+            && spec.as_slice() == ["-j", "KUBE-FIREWALL"]));
+    }
+    assert!(render_cleanup(&BTreeSet::new()).contains("-X KUBE-FIREWALL\n"));
+}
+
+#[test]
 fn masquerade_reject_nodeport_local_affinity() {
     let cfg = IptConfig {
         pod_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
