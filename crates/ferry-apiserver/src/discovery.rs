@@ -80,7 +80,14 @@ pub fn api_versions(server_addr: &str) -> Value {
 }
 
 pub fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups().iter().map(|(g, _)| api_group(g)).collect();
+    // One entry per group, with all its versions (a CRD's group may serve several).
+    let mut names: Vec<&str> = Vec::new();
+    for (g, _) in groups() {
+        if !names.contains(&g) {
+            names.push(g);
+        }
+    }
+    let groups: Vec<Value> = names.iter().map(|g| api_group(g)).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 

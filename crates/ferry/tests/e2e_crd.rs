@@ -390,6 +390,25 @@ fn crd_validation_and_python_client() {
         "{err}"
     );
     install_crd(&f);
+    // Every kubectl (1.20 reads the OpenAPI v2 document for client-side validation).
+    for bin in common::kubectls() {
+        let name = format!("cron-{}", bin.len());
+        let out = f.k_stdin(
+            &bin,
+            &["apply", "-f", "-"],
+            &VALID.replace("my-new-cron-object", &name),
+        );
+        assert!(out.status.success(), "{bin}: {}", stderr(&out));
+        let out = f.k_stdin(&bin, &["apply", "-f", "-"], INVALID);
+        assert!(
+            stderr(&out).contains("spec.replicas in body should be less than or equal to 10"),
+            "{bin}: {}",
+            stderr(&out)
+        );
+        let explain = f.k(&bin, &["explain", "crontab.spec"]);
+        assert!(explain.contains("cronSpec"), "{bin}: {explain}");
+        f.k(&bin, &["delete", "ct", &name]);
+    }
     let script = r#"
 import json
 from kubernetes import client, config
