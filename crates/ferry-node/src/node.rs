@@ -175,6 +175,16 @@ pub async fn register(client: &kube::Client, f: &NodeFacts) -> anyhow::Result<No
         .await?)
 }
 
+/// Logs an API error of the agent: a refusal (401/403: the node's identity lacks a permission,
+/// or NodeRestriction refused the write) at warn, anything else (a conflict, a restarting API
+/// server) at debug.
+pub fn log_api_error(what: &str, e: &kube::Error) {
+    match e {
+        kube::Error::Api(s) if s.code == 401 || s.code == 403 => tracing::warn!("{what}: {e}"),
+        _ => tracing::debug!("{what}: {e}"),
+    }
+}
+
 async fn ensure_lease_namespace(client: &kube::Client) {
     let nss: Api<Namespace> = Api::all(client.clone());
     if let Ok(None) = nss.get_opt("kube-node-lease").await {
@@ -214,7 +224,7 @@ pub async fn heartbeat(
         let pp = PatchParams::apply("ferry-agent").force();
         if let Err(e) = leases.patch(&f.name, &pp, &Patch::Apply(&lease)).await {
             // Fall back to create/replace when server-side apply is unavailable.
-            tracing::debug!("lease apply: {e}");
+            log_api_error("lease apply", &e);
             if let Ok(l) = serde_json::from_value::<Lease>(lease.clone())
                 && leases.create(&PostParams::default(), &l).await.is_err()
             {
@@ -231,7 +241,7 @@ pub async fn heartbeat(
                 .patch_status(&f.name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
             {
-                tracing::debug!("node status: {e}");
+                log_api_error("node status", &e);
             }
         }
         tokio::select! {

@@ -152,7 +152,7 @@ impl Runtime {
             Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid) => {}
             Ok(_) => self.gone(uid),
             // Unknown: keep the pod; the next re-list decides.
-            Err(e) => tracing::debug!("checking pod {ns}/{name}: {e}"),
+            Err(e) => crate::node::log_api_error(&format!("checking pod {ns}/{name}"), &e),
         }
     }
 
@@ -197,7 +197,7 @@ impl Runtime {
         if let Ok(ev) = ev {
             let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
             if let Err(e) = api.create(&PostParams::default(), &ev).await {
-                tracing::debug!("event {reason} for {ns}/{name}: {e}");
+                crate::node::log_api_error(&format!("event {reason} for {ns}/{name}"), &e);
             }
         }
     }
@@ -319,7 +319,7 @@ async fn service_vars(client: &kube::Client, pod: &Pod) -> Vec<(String, String)>
     match api.list(&ListParams::default()).await {
         Ok(l) => envvars::service_env(pod, &l.items),
         Err(e) => {
-            tracing::debug!("listing services for env vars: {e}");
+            crate::node::log_api_error("listing services for env vars", &e);
             Vec::new()
         }
     }
@@ -1035,7 +1035,7 @@ impl StatusBook {
             .await
         {
             Ok(_) => self.last_sent = Some(status),
-            Err(e) => tracing::debug!("status of {name}: {e}"),
+            Err(e) => crate::node::log_api_error(&format!("status of {name}"), &e),
         }
     }
 }
