@@ -228,10 +228,15 @@ pub async fn read_logs(file: &Path, opts: &LogOptions) -> (Vec<u8>, u64) {
     (out, pos - carry.len() as u64)
 }
 
+/// Where a container's stdin is written: its pipe, or its terminal.
+pub type StdinWriter = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 /// A running container's standard streams, as the agent holds them.
 pub struct ContainerIo {
     /// The container's stdin (`stdin: true` in its spec), for `attach`.
-    pub stdin: Mutex<Option<tokio::process::ChildStdin>>,
+    pub stdin: Mutex<Option<StdinWriter>>,
+    /// The container's terminal (`tty: true`), resized by attached clients.
+    pub tty: Option<PathBuf>,
     /// `stdinOnce`: the first attached client's end of stdin closes the container's.
     pub stdin_once: bool,
     out: broadcast::Sender<(Stream, Bytes)>,
@@ -303,8 +308,9 @@ impl ContainerIo {
     pub fn start<O, E>(
         stdout: Option<O>,
         stderr: Option<E>,
-        stdin: Option<tokio::process::ChildStdin>,
+        stdin: Option<StdinWriter>,
         stdin_once: bool,
+        tty: Option<PathBuf>,
         log: &Path,
     ) -> std::io::Result<Arc<ContainerIo>>
     where
@@ -320,6 +326,7 @@ impl ContainerIo {
         let io = Arc::new(ContainerIo {
             stdin: Mutex::new(stdin),
             stdin_once,
+            tty,
             out: out.clone(),
             done,
             log: log.to_path_buf(),
@@ -398,13 +405,25 @@ impl ContainerIo {
         let mut g = self.stdin.lock().await;
         match g.as_mut() {
             Some(s) => {
-                if s.write_all(data).await.is_err() {
+                if s.write_all(data).await.is_err() || s.flush().await.is_err() {
                     *g = None;
                     return false;
                 }
                 true
             }
             None => false,
+        }
+    }
+
+    /// Applies a window size to the container's terminal (if it has one).
+    pub async fn resize(&self, width: u16, height: u16) {
+        if let Some(path) = &self.tty {
+            let _ = tokio::process::Command::new("stty")
+                .arg("-F")
+                .arg(path)
+                .args(["rows", &height.to_string(), "cols", &width.to_string()])
+                .status()
+                .await;
         }
     }
 
@@ -585,7 +604,8 @@ mod tests {
         let log = dir.path().join("0.log");
         let (mut out_w, out_r) = tokio::io::duplex(1024);
         let (mut err_w, err_r) = tokio::io::duplex(1024);
-        let io = ContainerIo::start(Some(out_r), Some(err_r), None, false, &log).expect("start");
+        let io =
+            ContainerIo::start(Some(out_r), Some(err_r), None, false, None, &log).expect("start");
         let mut sub = io.subscribe();
         out_w.write_all(b"hello\nwor").await.expect("w");
         assert_eq!(

@@ -1207,30 +1207,69 @@ fn spawn(
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty command"))?;
     let want_stdin = c.stdin.unwrap_or(false);
-    let mut cmd = tokio::process::Command::new(prog);
-    cmd.args(rest)
-        .env_clear()
+    let tty = c.tty.unwrap_or(false);
+    // With `tty: true` the container runs on a terminal of its own (setsid -c makes it the
+    // controlling one; the session leader's process group is what stopping signals).
+    let mut cmd = if tty {
+        let mut cmd = tokio::process::Command::new("setsid");
+        cmd.arg("-c").arg(prog).args(rest);
+        cmd
+    } else {
+        let mut cmd = tokio::process::Command::new(prog);
+        cmd.args(rest).process_group(0);
+        cmd
+    };
+    cmd.env_clear()
         .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if want_stdin {
+        .kill_on_drop(true);
+    if let Some(wd) = &p.working_dir {
+        cmd.current_dir(wd);
+    }
+    let (child, io) = if tty {
+        let pair = nix::pty::openpty(None, None).map_err(std::io::Error::other)?;
+        let path = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&pair.slave)
+        ))?;
+        cmd.stdin(Stdio::from(pair.slave.try_clone()?))
+            .stdout(Stdio::from(pair.slave.try_clone()?))
+            .stderr(Stdio::from(pair.slave.try_clone()?));
+        let child = cmd.spawn()?;
+        drop(cmd);
+        drop(pair.slave);
+        let master = std::fs::File::from(pair.master);
+        let writer = tokio::fs::File::from_std(master.try_clone()?);
+        let io = crate::logs::ContainerIo::start(
+            Some(tokio::fs::File::from_std(master)),
+            None::<tokio::fs::File>,
+            want_stdin.then(|| Box::new(writer) as crate::logs::StdinWriter),
+            c.stdin_once.unwrap_or(false),
+            Some(path),
+            log,
+        )?;
+        (child, io)
+    } else {
+        cmd.stdin(if want_stdin {
             Stdio::piped()
         } else {
             Stdio::null()
         })
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(wd) = &p.working_dir {
-        cmd.current_dir(wd);
-    }
-    let mut child = cmd.spawn()?;
-    let io = crate::logs::ContainerIo::start(
-        child.stdout.take(),
-        child.stderr.take(),
-        child.stdin.take(),
-        c.stdin_once.unwrap_or(false),
-        log,
-    )?;
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let io = crate::logs::ContainerIo::start(
+            child.stdout.take(),
+            child.stderr.take(),
+            child
+                .stdin
+                .take()
+                .map(|s| Box::new(s) as crate::logs::StdinWriter),
+            c.stdin_once.unwrap_or(false),
+            None,
+            log,
+        )?;
+        (child, io)
+    };
     // Remember the process group, so that an agent restarted after a crash can stop what the
     // previous one left running (see `reap_stale`).
     if let Some(pid) = child.id() {

@@ -541,7 +541,16 @@ pub async fn serve_spdy_attach<T>(
     let stdout = streams.remove("stdout").map(|s| s.writer);
     let stderr = streams.remove("stderr").map(|s| s.writer);
     if let Some(mut resize) = streams.remove("resize") {
-        tokio::spawn(async move { while resize.data.recv().await.is_some() {} });
+        let cio = cio.clone();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some(b) = resize.data.recv().await {
+                buf.extend_from_slice(&b);
+                for (w, h) in crate::pty::split_resizes(&mut buf) {
+                    cio.resize(w, h).await;
+                }
+            }
+        });
     }
     let (tx, mut rx) = mpsc::channel::<(u8, Bytes)>(32);
     let forward = {
@@ -588,6 +597,7 @@ pub async fn serve_ws_attach<S>(
     let (mut sink, mut stream) = ws.split();
     let (stdin_tx, stdin_rx) = mpsc::channel::<Bytes>(32);
     let want_stdin = opts.stdin;
+    let resizer = cio.clone();
     let reader = tokio::spawn(async move {
         let mut stdin_tx = Some(stdin_tx);
         while let Some(m) = stream.next().await {
@@ -598,6 +608,11 @@ pub async fn serve_ws_attach<S>(
                             && tx.send(b.slice(1..)).await.is_err()
                         {
                             stdin_tx = None;
+                        }
+                    }
+                    4 => {
+                        if let Some((w, h)) = crate::pty::parse_resize(&b[1..]) {
+                            resizer.resize(w, h).await;
                         }
                     }
                     255 if v5 && b.get(1) == Some(&0) => stdin_tx = None,
@@ -1217,8 +1232,12 @@ mod tests {
         let cio = crate::logs::ContainerIo::start(
             child.stdout.take(),
             child.stderr.take(),
-            child.stdin.take(),
+            child
+                .stdin
+                .take()
+                .map(|s| Box::new(s) as crate::logs::StdinWriter),
             true,
+            None,
             &dir.path().join("0.log"),
         )
         .expect("io");

@@ -254,6 +254,31 @@ fn exec_cp_and_port_forward_with_every_kubectl() {
         );
     }
 
+    // A container with `tty: true` runs on a terminal; attach reaches it through that
+    // terminal.
+    let manifest = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: tt\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox\n    stdin: true\n    tty: true\n    command: [sh, -c, 'tty; test -t 1 && echo on-a-terminal; read x; echo got $x']\n";
+    let out = f.k_stdin("kubectl", &["apply", "-f", "-"], manifest);
+    assert!(out.status.success(), "{out:?}");
+    f.k(
+        "kubectl",
+        &["wait", "--for=condition=Ready", "pod/tt", "--timeout=120s"],
+    );
+    assert!(
+        eventually(30, || {
+            let out = f.kubectl(&["logs", "tt"]);
+            let s = String::from_utf8_lossy(&out.stdout);
+            s.contains("/dev/pts/") && s.contains("on-a-terminal")
+        }),
+        "{}",
+        String::from_utf8_lossy(&f.kubectl(&["logs", "tt"]).stdout)
+    );
+    let out = f.kubectl_with("kubectl", &["attach", "-i", "tt"], Some("hello\n"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("got hello"),
+        "attach to a tty container: {out:?}"
+    );
+
     // logs: real timestamps (the CRI log format), tail, limit and since.
     let out = f.k("kubectl", &["logs", "talker", "--timestamps"]);
     let lines: Vec<&str> = out.lines().collect();
