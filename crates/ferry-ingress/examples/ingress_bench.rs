@@ -4,7 +4,8 @@
 //!
 //!     ingress_bench LISTEN BACKEND[,BACKEND...] [WORKER_THREADS]
 //!
-//! WORKER_THREADS 0 (default) runs a current-thread runtime (one core).
+//! WORKER_THREADS 0 (default) runs a current-thread runtime (one core). `FERRY_INGRESS_FAST=0`
+//! turns the HTTP/1.1 fast path off (hyper serves every connection), for before/after figures.
 
 use std::net::SocketAddr;
 
@@ -70,6 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let built = routes::build(&inputs, &routes::ClassPolicy::default());
         let shared = proxy::Shared::new(proxy::Limits::default(), false);
         shared.swap_routes(built.table);
+        shared.set_fast_path(std::env::var("FERRY_INGRESS_FAST").as_deref() != Ok("0"));
         let listener = tokio::net::TcpListener::bind(listen).await?;
         eprintln!("ingress_bench: listening on {listen}");
         proxy::serve_http(shared, listener, CancellationToken::new()).await;

@@ -6,6 +6,7 @@
 //! - [`controller`]: kube-rs reflectors feeding one coalescing rebuild loop, status and Events.
 
 pub mod controller;
+pub mod fast;
 pub mod pool;
 pub mod proxy;
 pub mod routes;

@@ -21,6 +21,9 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::fast::{self, RawPool, Rewind};
 use crate::pool::{Pool, PooledBody, ReqBody, Sender};
 use crate::routes::{RouteTable, Target, Upstream, normalize_host};
 
@@ -58,6 +61,10 @@ impl Default for Limits {
 pub struct Shared {
     routes: RwLock<Arc<RouteTable>>,
     pub pool: Arc<Pool>,
+    /// Plain backend connections of the HTTP/1.1 fast path.
+    pub raw: RawPool,
+    /// Plain HTTP connections start on the fast path (else hyper serves them throughout).
+    fast_path: AtomicBool,
     pub limits: Limits,
     /// Append to a client's X-Forwarded-For instead of replacing it.
     pub trust_forwarded: bool,
@@ -69,6 +76,8 @@ impl Shared {
         Arc::new(Shared {
             routes: RwLock::new(Arc::new(RouteTable::default())),
             pool: Arc::new(Pool::new(Duration::from_secs(5), Duration::from_secs(60))),
+            raw: RawPool::new(Duration::from_secs(5), Duration::from_secs(60)),
+            fast_path: AtomicBool::new(true),
             conns: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             trust_forwarded,
@@ -99,6 +108,13 @@ impl Shared {
             *g = Arc::new(t);
         }
         self.pool.sweep(|ep| keep.contains(ep));
+        self.raw.sweep(|ep| keep.contains(ep));
+    }
+
+    /// Turns the HTTP/1.1 fast path on or off for connections accepted from now on (off:
+    /// hyper serves every plain HTTP connection, as for HTTPS).
+    pub fn set_fast_path(&self, on: bool) {
+        self.fast_path.store(on, Ordering::Relaxed);
     }
 
     pub fn routes(&self) -> Arc<RouteTable> {
@@ -225,7 +241,7 @@ fn host_of(req: &Request<Incoming>) -> Option<String> {
     req.uri().authority().map(|a| a.as_str().to_string())
 }
 
-fn client_ip(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
@@ -504,12 +520,23 @@ async fn serve(
         let service = hyper::service::service_fn(move |req| handle(sh.clone(), info, req));
         match &tls {
             None => {
-                let conn = http1
-                    .serve_connection(TokioIo::new(stream), service)
-                    .with_upgrades();
+                let http1 = http1.clone();
                 let stop = stop.clone();
+                let sh = shared.clone();
+                let fast_path = shared.fast_path.load(Ordering::Relaxed);
                 tokio::spawn(async move {
                     let _permit = permit;
+                    let (pre, stream) = if fast_path {
+                        match fast::run(&sh, info, stream, &stop).await {
+                            fast::Outcome::Closed => return,
+                            fast::Outcome::Handoff(pre, stream) => (pre, stream),
+                        }
+                    } else {
+                        (bytes::BytesMut::new(), stream)
+                    };
+                    let conn = http1
+                        .serve_connection(TokioIo::new(Rewind::new(pre, stream)), service)
+                        .with_upgrades();
                     let mut conn = std::pin::pin!(conn);
                     tokio::select! {
                         r = conn.as_mut() => if let Err(e) = r {

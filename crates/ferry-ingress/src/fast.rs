@@ -1,0 +1,1108 @@
+//! The plain-HTTP/1.1 fast path: one task per client connection parses request heads
+//! (httparse), forwards them on pooled backend `TcpStream`s it drives itself, and copies the
+//! response back framed by `Content-Length` or chunked encoding — no request ever crosses
+//! tasks. Anything unusual (HTTP/1.0, Upgrade, `Expect`, chunked request bodies, absolute-form
+//! targets, no Service route, heads httparse cannot take) is handed to the hyper path with the
+//! bytes already read replayed, for the rest of the connection.
+//!
+//! Header handling is the hyper path's: hop-by-hop headers (and those named in `Connection`)
+//! are dropped both ways; `X-Forwarded-For/-Proto/-Host/-Port` and `X-Real-IP` are set.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use futures::FutureExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::routes::{Target, Upstream, normalize_host};
+
+/// Most headers the fast path parses; more go to the hyper path.
+const MAX_HEADERS: usize = 64;
+
+/// Idle plain backend connections per endpoint.
+pub struct RawPool {
+    idle: Mutex<HashMap<SocketAddr, Vec<(TcpStream, Instant)>>>,
+    max_idle_per_endpoint: usize,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl RawPool {
+    pub fn new(connect_timeout: Duration, idle_timeout: Duration) -> RawPool {
+        RawPool {
+            idle: Mutex::new(HashMap::new()),
+            max_idle_per_endpoint: 256,
+            idle_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// An idle connection to `ep` not seen closed by its peer (most recently used first).
+    fn checkout(&self, ep: SocketAddr) -> Option<TcpStream> {
+        loop {
+            let (s, since) = {
+                let mut idle = self.idle.lock().ok()?;
+                idle.get_mut(&ep)?.pop()?
+            };
+            if since.elapsed() >= self.idle_timeout {
+                continue;
+            }
+            // Readiness is what epoll last reported: only when the socket looks readable
+            // (the backend closed it, or sent something unasked) is it probed.
+            if s.ready(Interest::READABLE).now_or_never().is_some() {
+                let mut b = [0u8; 1];
+                match s.try_read(&mut b) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    _ => continue,
+                }
+            }
+            return Some(s);
+        }
+    }
+
+    fn checkin(&self, ep: SocketAddr, s: TcpStream) {
+        if let Ok(mut idle) = self.idle.lock() {
+            let list = idle.entry(ep).or_default();
+            if list.len() < self.max_idle_per_endpoint {
+                list.push((s, Instant::now()));
+            }
+        }
+    }
+
+    async fn connect(&self, ep: SocketAddr) -> io::Result<TcpStream> {
+        let s = tokio::time::timeout(self.connect_timeout, TcpStream::connect(ep))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timeout"))??;
+        let _ = s.set_nodelay(true);
+        Ok(s)
+    }
+
+    /// Drops idle connections that are too old or to endpoints no longer in use.
+    pub fn sweep(&self, keep: impl Fn(&SocketAddr) -> bool) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.retain(|ep, list| {
+                if !keep(ep) {
+                    return false;
+                }
+                list.retain(|(_, since)| since.elapsed() < self.idle_timeout);
+                !list.is_empty()
+            });
+        }
+    }
+}
+
+/// A stream that first yields bytes already read from it.
+pub struct Rewind {
+    pre: BytesMut,
+    inner: TcpStream,
+}
+
+impl Rewind {
+    pub fn new(pre: BytesMut, inner: TcpStream) -> Rewind {
+        Rewind { pre, inner }
+    }
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.pre.is_empty() {
+            let n = this.pre.len().min(buf.remaining());
+            buf.put_slice(&this.pre[..n]);
+            this.pre.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure framing and head rewriting.
+
+/// An error in chunked framing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid chunked encoding")]
+pub struct ChunkedError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ck {
+    Size { n: u64, any: bool },
+    Ext(u64),
+    SizeLf(u64),
+    Data(u64),
+    DataCr,
+    DataLf,
+    TrStart,
+    TrLine,
+    TrLf,
+    EndLf,
+    Done,
+}
+
+/// Finds where a chunked body ends (RFC 9112 §7.1), fed the bytes as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunked(Ck);
+
+impl Default for Chunked {
+    fn default() -> Self {
+        Chunked(Ck::Size { n: 0, any: false })
+    }
+}
+
+impl Chunked {
+    pub fn is_done(&self) -> bool {
+        self.0 == Ck::Done
+    }
+
+    /// Consumes bytes of `b` that belong to the body; returns how many (fewer than `b.len()`
+    /// only when the body ended there).
+    pub fn feed(&mut self, b: &[u8]) -> Result<usize, ChunkedError> {
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            self.0 = match self.0 {
+                Ck::Done => return Ok(i),
+                Ck::Data(r) => {
+                    let take = usize::try_from(r).unwrap_or(usize::MAX).min(b.len() - i);
+                    i += take;
+                    let left = r - take as u64;
+                    self.0 = if left == 0 { Ck::DataCr } else { Ck::Data(left) };
+                    continue;
+                }
+                Ck::Size { n, any } => match c {
+                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
+                        let d = (c as char).to_digit(16).ok_or(ChunkedError)?;
+                        let n = n
+                            .checked_mul(16)
+                            .and_then(|n| n.checked_add(u64::from(d)))
+                            .ok_or(ChunkedError)?;
+                        Ck::Size { n, any: true }
+                    }
+                    b';' | b' ' | b'\t' if any => Ck::Ext(n),
+                    b'\r' if any => Ck::SizeLf(n),
+                    _ => return Err(ChunkedError),
+                },
+                Ck::Ext(n) => match c {
+                    b'\r' => Ck::SizeLf(n),
+                    b'\n' => return Err(ChunkedError),
+                    _ => Ck::Ext(n),
+                },
+                Ck::SizeLf(n) => match (c, n) {
+                    (b'\n', 0) => Ck::TrStart,
+                    (b'\n', n) => Ck::Data(n),
+                    _ => return Err(ChunkedError),
+                },
+                Ck::DataCr if c == b'\r' => Ck::DataLf,
+                Ck::DataLf if c == b'\n' => Ck::Size { n: 0, any: false },
+                Ck::DataCr | Ck::DataLf => return Err(ChunkedError),
+                Ck::TrStart if c == b'\r' => Ck::EndLf,
+                Ck::TrStart | Ck::TrLine if c != b'\r' => {
+                    if c == b'\n' {
+                        return Err(ChunkedError);
+                    }
+                    Ck::TrLine
+                }
+                Ck::TrStart | Ck::TrLine => Ck::TrLf,
+                Ck::TrLf if c == b'\n' => Ck::TrStart,
+                Ck::EndLf if c == b'\n' => {
+                    self.0 = Ck::Done;
+                    return Ok(i + 1);
+                }
+                Ck::TrLf | Ck::EndLf => return Err(ChunkedError),
+            };
+            i += 1;
+        }
+        Ok(i)
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1), never forwarded; and the forwarding headers Ferry
+/// sets itself (a client's are replaced).
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+const SET_BY_FERRY: [&str; 5] = [
+    "x-forwarded-for",
+    "x-real-ip",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
+];
+
+fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|b| *b == b',').map(|t| t.trim_ascii())
+}
+
+/// Whether `name` is hop-by-hop, by the fixed list or named in a `Connection` header.
+fn hop(name: &str, headers: &[httparse::Header<'_>]) -> bool {
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| tokens(h.value))
+            .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// A request the fast path takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReqPlan<'a> {
+    pub host: &'a str,
+    pub path: &'a str,
+    pub content_length: u64,
+    /// The client asked to close after this exchange.
+    pub close: bool,
+    /// May be sent again when a reused backend connection failed before answering.
+    pub idempotent: bool,
+}
+
+/// Decides whether the fast path takes a parsed request; `None` hands it to the hyper path.
+pub fn plan_request<'a>(req: &httparse::Request<'_, 'a>) -> Option<ReqPlan<'a>> {
+    let (method, path) = (req.method?, req.path?);
+    if req.version != Some(1) || !path.starts_with('/') {
+        return None;
+    }
+    let mut host = None;
+    let mut content_length: Option<u64> = None;
+    let mut close = false;
+    for h in req.headers.iter() {
+        let n = h.name;
+        if n.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return None;
+            }
+            host = Some(std::str::from_utf8(h.value).ok()?);
+        } else if n.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).ok()?;
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) || content_length.is_some() {
+                return None;
+            }
+            content_length = Some(v.parse().ok()?);
+        } else if n.eq_ignore_ascii_case("connection") {
+            for t in tokens(h.value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if t.eq_ignore_ascii_case(b"upgrade") {
+                    return None;
+                }
+            }
+        } else if n.eq_ignore_ascii_case("expect")
+            || n.eq_ignore_ascii_case("upgrade")
+            || n.eq_ignore_ascii_case("transfer-encoding")
+        {
+            return None;
+        }
+    }
+    let idempotent = !matches!(method, "POST" | "PATCH" | "LOCK" | "CONNECT");
+    Some(ReqPlan {
+        host: host?,
+        path,
+        content_length: content_length.unwrap_or(0),
+        close,
+        idempotent,
+    })
+}
+
+/// What Ferry adds to every request of one client connection.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    pub client_ip: String,
+    pub local_port: u16,
+    pub https: bool,
+    /// Append to a client's X-Forwarded-For instead of replacing it.
+    pub trust: bool,
+}
+
+/// The head sent to the backend: origin-form target, HTTP/1.1, hop-by-hop headers dropped,
+/// forwarding headers set (as the hyper path does).
+pub fn write_request_head(
+    out: &mut Vec<u8>,
+    req: &httparse::Request<'_, '_>,
+    plan: &ReqPlan<'_>,
+    fwd: &Forwarded,
+) {
+    out.clear();
+    out.extend_from_slice(req.method.unwrap_or("GET").as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(plan.path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut prev_xff: Option<&[u8]> = None;
+    for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("x-forwarded-for") {
+            prev_xff.get_or_insert(h.value);
+            continue;
+        }
+        if SET_BY_FERRY.iter().any(|s| h.name.eq_ignore_ascii_case(s)) || hop(h.name, req.headers)
+        {
+            continue;
+        }
+        header(out, h.name.as_bytes(), h.value);
+    }
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if let (true, Some(p)) = (fwd.trust, prev_xff) {
+        out.extend_from_slice(p);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(fwd.client_ip.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    header(out, b"x-real-ip", fwd.client_ip.as_bytes());
+    header(out, b"x-forwarded-host", plan.host.as_bytes());
+    out.extend_from_slice(b"x-forwarded-port: ");
+    out.extend_from_slice(fwd.local_port.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let proto: &[u8] = if fwd.https { b"https" } else { b"http" };
+    header(out, b"x-forwarded-proto", proto);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+    /// Until the backend closes (the client connection closes after it too).
+    Close,
+}
+
+/// What to do with a backend's response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RespPlan {
+    pub status: u16,
+    pub framing: Framing,
+    /// The backend connection may carry another request afterwards.
+    pub reusable: bool,
+}
+
+/// Frames a response (RFC 9112 §6.3); `None` for a head no proxy may forward (conflicting
+/// lengths).
+pub fn plan_response(resp: &httparse::Response<'_, '_>, head_request: bool) -> Option<RespPlan> {
+    let status = resp.code?;
+    let mut te_chunked = None;
+    let mut length: Option<u64> = None;
+    let mut close = resp.version != Some(1);
+    for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            te_chunked = Some(
+                tokens(h.value)
+                    .filter(|t| !t.is_empty())
+                    .last()
+                    .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked")),
+            );
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).ok()?;
+            if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let n: u64 = v.parse().ok()?;
+            if length.is_some_and(|l| l != n) {
+                return None;
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            close |= tokens(h.value).any(|t| t.eq_ignore_ascii_case(b"close"));
+        }
+    }
+    let framing = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
+    {
+        Framing::Length(0)
+    } else {
+        match (te_chunked, length) {
+            (Some(true), _) => Framing::Chunked,
+            (Some(false), _) => Framing::Close,
+            (None, Some(n)) => Framing::Length(n),
+            (None, None) => Framing::Close,
+        }
+    };
+    Some(RespPlan {
+        status,
+        framing,
+        reusable: !close && framing != Framing::Close,
+    })
+}
+
+/// The head sent to the client: hop-by-hop headers dropped; chunked bodies stay chunked.
+pub fn write_response_head(
+    out: &mut Vec<u8>,
+    resp: &httparse::Response<'_, '_>,
+    plan: &RespPlan,
+    close: bool,
+) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(plan.status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for h in resp.headers.iter() {
+        if hop(h.name, resp.headers) {
+            continue;
+        }
+        header(out, h.name.as_bytes(), h.value);
+    }
+    if plan.framing == Framing::Chunked {
+        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+    }
+    if close || plan.framing == Framing::Close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The connection loop.
+
+/// How a client connection left the fast path.
+pub enum Outcome {
+    Closed,
+    /// The rest of the connection is the hyper path's; `BytesMut` was read and not handled.
+    Handoff(BytesMut, TcpStream),
+}
+
+enum Sent {
+    Done { keep_client: bool },
+    Local(&'static [u8], bool),
+    ClientGone,
+}
+
+const BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 16\r\n\r\n502 Bad Gateway\n";
+const GATEWAY_TIMEOUT: &[u8] = b"HTTP/1.1 504 Gateway Time-out\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n\r\n504 Gateway Time-out\n";
+
+/// Serves a plain HTTP connection until it closes or needs the hyper path.
+pub async fn run(
+    shared: &crate::proxy::Shared,
+    info: crate::proxy::ConnInfo,
+    mut client: TcpStream,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Outcome {
+    let fwd = Forwarded {
+        client_ip: crate::proxy::client_ip(info.peer.ip()).to_string(),
+        local_port: info.local.port(),
+        https: info.https,
+        trust: shared.trust_forwarded,
+    };
+    let limits = &shared.limits;
+    let mut buf = BytesMut::with_capacity(8192);
+    let mut bbuf = BytesMut::with_capacity(16384);
+    let mut out: Vec<u8> = Vec::with_capacity(2048);
+    loop {
+        // A whole request head.
+        let deadline = tokio::time::Instant::now() + limits.header_timeout;
+        let (head_len, plan_cl, close, idempotent, target, head_request) = loop {
+            if !buf.is_empty() {
+                let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut hs);
+                match req.parse(&buf) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        let Some(plan) = plan_request(&req) else {
+                            return Outcome::Handoff(buf, client);
+                        };
+                        let routes = shared.routes();
+                        let Some(target) = routes.route(&normalize_host(plan.host), plan.path)
+                        else {
+                            return Outcome::Handoff(buf, client);
+                        };
+                        if !matches!(target.as_ref(), Target::Service(_)) {
+                            return Outcome::Handoff(buf, client);
+                        }
+                        write_request_head(&mut out, &req, &plan, &fwd);
+                        break (
+                            n,
+                            plan.content_length,
+                            plan.close,
+                            plan.idempotent,
+                            target.clone(),
+                            req.method == Some("HEAD"),
+                        );
+                    }
+                    Ok(httparse::Status::Partial) if buf.len() < limits.max_header_bytes => {}
+                    _ => return Outcome::Handoff(buf, client),
+                }
+            }
+            let idle = buf.is_empty();
+            let read = tokio::time::timeout_at(deadline, client.read_buf(&mut buf));
+            let r = if idle {
+                tokio::select! {
+                    _ = stop.cancelled() => return Outcome::Closed,
+                    r = read => r,
+                }
+            } else {
+                read.await
+            };
+            match r {
+                Ok(Ok(0)) if !buf.is_empty() => return Outcome::Handoff(buf, client),
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Outcome::Closed,
+                Ok(Ok(_)) => {}
+            }
+        };
+        buf.advance(head_len);
+        let Target::Service(upstream) = target.as_ref() else {
+            return Outcome::Closed;
+        };
+        let sent = exchange(
+            shared,
+            upstream,
+            &mut client,
+            &mut buf,
+            &mut bbuf,
+            &mut out,
+            Req {
+                content_length: plan_cl,
+                close,
+                idempotent,
+                head: head_request,
+            },
+        )
+        .await;
+        match sent {
+            Sent::Done { keep_client: true } if !stop.is_cancelled() => {}
+            Sent::Local(resp, true) if !stop.is_cancelled() => {
+                if client.write_all(resp).await.is_err() {
+                    return Outcome::Closed;
+                }
+            }
+            Sent::Local(resp, _) => {
+                let _ = client.write_all(resp).await;
+                return Outcome::Closed;
+            }
+            Sent::Done { .. } | Sent::ClientGone => {
+                let _ = client.shutdown().await;
+                return Outcome::Closed;
+            }
+        }
+    }
+}
+
+struct Req {
+    content_length: u64,
+    close: bool,
+    idempotent: bool,
+    head: bool,
+}
+
+/// Why a backend exchange failed.
+enum Fail {
+    /// Nothing of a response was received: another connection may be tried.
+    NoResponse,
+    Timeout,
+    /// Unusable response or failure mid-response.
+    Bad,
+    Client,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn exchange(
+    shared: &crate::proxy::Shared,
+    upstream: &Upstream,
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+    bbuf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    req: Req,
+) -> Sent {
+    // A body wholly read already can be sent again; one still streaming from the client cannot.
+    let buffered = req.content_length <= buf.len() as u64;
+    let replayable = buffered && req.idempotent;
+    let mut head = std::mem::take(out);
+    let result = 'eps: {
+        let mut last = Fail::NoResponse;
+        for ep in upstream.order() {
+            for _attempt in 0..4 {
+                let (mut be, reused) = match shared.raw.checkout(ep) {
+                    Some(s) => (s, true),
+                    None => match shared.raw.connect(ep).await {
+                        Ok(s) => (s, false),
+                        Err(e) => {
+                            tracing::debug!(upstream = upstream.name, %ep, "connect: {e}");
+                            break;
+                        }
+                    },
+                };
+                match one(shared, &mut be, client, buf, bbuf, out, &head, &req).await {
+                    Ok(keep) => {
+                        if keep {
+                            shared.raw.checkin(ep, be);
+                        }
+                        break 'eps Ok(());
+                    }
+                    Err(Fail::NoResponse) if reused && replayable => {
+                        // The backend closed an idle connection: its other idle ones to
+                        // this endpoint are suspect too; try a fresh one.
+                        shared.raw.sweep(|x| x != &ep);
+                        continue;
+                    }
+                    Err(Fail::NoResponse) if !buffered || !req.idempotent => {
+                        break 'eps Err(Fail::Bad);
+                    }
+                    Err(Fail::NoResponse) => {
+                        last = Fail::NoResponse;
+                        break;
+                    }
+                    Err(f) => break 'eps Err(f),
+                }
+            }
+        }
+        Err(last)
+    };
+    *out = std::mem::take(&mut head);
+    match result {
+        Ok(()) => Sent::Done {
+            keep_client: !req.close,
+        },
+        Err(Fail::Client) => Sent::ClientGone,
+        Err(f) => {
+            // The request body, when it was all read, is consumed; otherwise the connection
+            // cannot go on.
+            let keep = buffered && !req.close;
+            if buffered {
+                buf.advance(usize::try_from(req.content_length).unwrap_or(0).min(buf.len()));
+            }
+            let resp = match (f, keep) {
+                (Fail::Timeout, true) => GATEWAY_TIMEOUT,
+                (Fail::Timeout, false) => GATEWAY_TIMEOUT_CLOSE,
+                (_, true) => BAD_GATEWAY,
+                (_, false) => BAD_GATEWAY_CLOSE,
+            };
+            Sent::Local(resp, keep)
+        }
+    }
+}
+
+const BAD_GATEWAY_CLOSE: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 16\r\nconnection: close\r\n\r\n502 Bad Gateway\n";
+const GATEWAY_TIMEOUT_CLOSE: &[u8] = b"HTTP/1.1 504 Gateway Time-out\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n\r\n504 Gateway Time-out\n";
+
+/// Writes `a` then `b` with as few writes as possible.
+async fn write2(s: &mut TcpStream, mut a: &[u8], mut b: &[u8]) -> io::Result<()> {
+    while !a.is_empty() {
+        let n = s
+            .write_vectored(&[io::IoSlice::new(a), io::IoSlice::new(b)])
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        if n >= a.len() {
+            b = &b[n - a.len()..];
+            a = &[];
+        } else {
+            a = &a[n..];
+        }
+    }
+    if !b.is_empty() {
+        s.write_all(b).await?;
+    }
+    Ok(())
+}
+
+/// One request/response on backend connection `be`; `Ok(reusable)`.
+#[allow(clippy::too_many_arguments)]
+async fn one(
+    shared: &crate::proxy::Shared,
+    be: &mut TcpStream,
+    client: &mut TcpStream,
+    buf: &mut BytesMut,
+    bbuf: &mut BytesMut,
+    out: &mut Vec<u8>,
+    head: &[u8],
+    req: &Req,
+) -> Result<bool, Fail> {
+    // The request: head and the body bytes at hand in one write, then the rest of the body.
+    let cl = req.content_length;
+    let at_hand = usize::try_from(cl).unwrap_or(usize::MAX).min(buf.len());
+    write2(be, head, &buf[..at_hand])
+        .await
+        .map_err(|_| Fail::NoResponse)?;
+    if cl > at_hand as u64 {
+        buf.advance(at_hand);
+        let mut left = cl - at_hand as u64;
+        while left > 0 {
+            if buf.is_empty() && client.read_buf(buf).await.map_err(|_| Fail::Client)? == 0 {
+                return Err(Fail::Client);
+            }
+            let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            be.write_all(&buf[..n]).await.map_err(|_| Fail::Bad)?;
+            buf.advance(n);
+            left -= n as u64;
+        }
+    }
+    // The response head (1xx interim responses are dropped, as the hyper client does).
+    bbuf.clear();
+    let timeout = shared.limits.response_timeout;
+    let (n, plan) = match tokio::time::timeout(timeout, async {
+        loop {
+            if !bbuf.is_empty() {
+                let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut resp = httparse::Response::new(&mut hs);
+                match resp.parse(bbuf) {
+                    Ok(httparse::Status::Complete(n)) => {
+                        let code = resp.code.unwrap_or(0);
+                        if (100..200).contains(&code) && code != 101 {
+                            bbuf.advance(n);
+                            continue;
+                        }
+                        let Some(plan) = plan_response(&resp, req.head) else {
+                            return Err(Fail::Bad);
+                        };
+                        if code == 101 {
+                            return Err(Fail::Bad);
+                        }
+                        write_response_head(out, &resp, &plan, req.close);
+                        return Ok((n, plan));
+                    }
+                    Ok(httparse::Status::Partial) if bbuf.len() < 256 * 1024 => {}
+                    _ => return Err(Fail::Bad),
+                }
+            }
+            let got_any = !bbuf.is_empty();
+            match be.read_buf(bbuf).await {
+                Ok(0) | Err(_) if !got_any => return Err(Fail::NoResponse),
+                Ok(0) | Err(_) => return Err(Fail::Bad),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    {
+        Err(_) => return Err(Fail::Timeout),
+        Ok(r) => r?,
+    };
+    bbuf.advance(n);
+    if req.content_length <= at_hand as u64 {
+        buf.advance(at_hand);
+    }
+    // The body, as framed.
+    match plan.framing {
+        Framing::Length(len) => {
+            let take = usize::try_from(len).unwrap_or(usize::MAX).min(bbuf.len());
+            write2(client, out, &bbuf[..take])
+                .await
+                .map_err(|_| Fail::Client)?;
+            let extra = bbuf.len() > take;
+            let mut left = len - take as u64;
+            bbuf.clear();
+            while left > 0 {
+                let r = be.read_buf(bbuf).await.map_err(|_| Fail::Client)?;
+                if r == 0 {
+                    return Err(Fail::Client);
+                }
+                let n = usize::try_from(left).unwrap_or(usize::MAX).min(bbuf.len());
+                client
+                    .write_all(&bbuf[..n])
+                    .await
+                    .map_err(|_| Fail::Client)?;
+                left -= n as u64;
+                if bbuf.len() > n {
+                    return Ok(false);
+                }
+                bbuf.clear();
+            }
+            Ok(plan.reusable && !extra)
+        }
+        Framing::Chunked => {
+            let mut ck = Chunked::default();
+            let mut first = true;
+            loop {
+                let used = ck.feed(bbuf).map_err(|_| Fail::Client)?;
+                let r = if first {
+                    first = false;
+                    write2(client, out, &bbuf[..used]).await
+                } else {
+                    client.write_all(&bbuf[..used]).await
+                };
+                r.map_err(|_| Fail::Client)?;
+                if ck.is_done() {
+                    return Ok(plan.reusable && used == bbuf.len());
+                }
+                bbuf.clear();
+                if be.read_buf(bbuf).await.map_err(|_| Fail::Client)? == 0 {
+                    return Err(Fail::Client);
+                }
+            }
+        }
+        Framing::Close => {
+            write2(client, out, bbuf).await.map_err(|_| Fail::Client)?;
+            loop {
+                bbuf.clear();
+                match be.read_buf(bbuf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => client.write_all(bbuf).await.map_err(|_| Fail::Client)?,
+                }
+            }
+            // The client learns the end by the close.
+            Err(Fail::Client)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse_req(raw: &[u8], f: impl FnOnce(&httparse::Request<'_, '_>)) {
+        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut hs);
+        assert!(req.parse(raw).unwrap().is_complete());
+        f(&req);
+    }
+
+    #[test]
+    fn which_requests_take_the_fast_path() {
+        let fast = |raw: &str| {
+            let mut r = None;
+            parse_req(raw.as_bytes(), |req| {
+                r = plan_request(req).map(|p| (p.content_length, p.close, p.idempotent))
+            });
+            r
+        };
+        let table: [(&str, Option<(u64, bool, bool)>); 13] = [
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some((0, false, true))),
+            ("HEAD /x?q HTTP/1.1\r\nhost: a\r\n\r\n", Some((0, false, true))),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Some((5, false, false))),
+            ("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n", Some((0, true, true))),
+            // HTTP/1.0, no Host, two Hosts: hyper.
+            ("GET / HTTP/1.0\r\nHost: a\r\n\r\n", None),
+            ("GET / HTTP/1.1\r\n\r\n", None),
+            ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", None),
+            // Upgrades, Expect, chunked request bodies, odd lengths, absolute form: hyper.
+            ("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", None),
+            ("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\n", None),
+            ("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", None),
+            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", None),
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", None),
+            ("GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", None),
+        ];
+        for (raw, want) in table {
+            assert_eq!(fast(raw), want, "{raw:?}");
+        }
+    }
+
+    fn head_lines(out: &[u8]) -> Vec<String> {
+        String::from_utf8(out.to_vec())
+            .unwrap()
+            .split("\r\n")
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn request_heads_drop_hop_by_hop_and_set_forwarding_headers() {
+        let raw = b"GET /p?q=1 HTTP/1.1\r\nHost: h.test:8080\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: 5\r\nX-Secret: s\r\nTE: trailers\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6.7.8\r\nX-Real-IP: 9.9.9.9\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n";
+        for (trust, xff) in [
+            (false, "x-forwarded-for: 10.0.0.1"),
+            (true, "x-forwarded-for: 1.2.3.4, 10.0.0.1"),
+        ] {
+            let fwd = Forwarded {
+                client_ip: "10.0.0.1".into(),
+                local_port: 80,
+                https: false,
+                trust,
+            };
+            let mut out = Vec::new();
+            parse_req(raw, |req| {
+                let plan = plan_request(req).unwrap();
+                write_request_head(&mut out, req, &plan, &fwd);
+            });
+            assert_eq!(
+                head_lines(&out),
+                [
+                    "GET /p?q=1 HTTP/1.1",
+                    "Host: h.test:8080",
+                    "Accept: */*",
+                    xff,
+                    "x-real-ip: 10.0.0.1",
+                    "x-forwarded-host: h.test:8080",
+                    "x-forwarded-port: 80",
+                    "x-forwarded-proto: http",
+                    "",
+                    ""
+                ]
+            );
+        }
+    }
+
+    fn resp_plan(raw: &str, head: bool) -> Option<RespPlan> {
+        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut hs);
+        assert!(resp.parse(raw.as_bytes()).unwrap().is_complete());
+        plan_response(&resp, head)
+    }
+
+    #[test]
+    fn response_framing() {
+        use Framing::*;
+        let p = |status, framing, reusable| {
+            Some(RespPlan {
+                status,
+                framing,
+                reusable,
+            })
+        };
+        let table: [(&str, bool, Option<RespPlan>); 11] = [
+            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", false, p(200, Length(100), true)),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", true, p(200, Length(0), true)),
+            ("HTTP/1.1 204 No Content\r\n\r\n", false, p(204, Length(0), true)),
+            ("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", false, p(304, Length(0), true)),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n", false, p(200, Chunked, true)),
+            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false, p(200, Close, false)),
+            ("HTTP/1.1 200 OK\r\n\r\n", false, p(200, Close, false)),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", false, p(200, Length(3), false)),
+            ("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, p(200, Length(3), false)),
+            ("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", false, None),
+            ("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", false, None),
+        ];
+        for (raw, head, want) in table {
+            assert_eq!(resp_plan(raw, head), want, "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn response_heads_drop_hop_by_hop() {
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Conn\r\nX-Conn: 1\r\nKeep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nContent-Type: text/plain\r\n\r\n";
+        let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut hs);
+        resp.parse(raw).unwrap();
+        let plan = plan_response(&resp, false).unwrap();
+        let mut out = Vec::new();
+        write_response_head(&mut out, &resp, &plan, true);
+        assert_eq!(
+            head_lines(&out),
+            [
+                "HTTP/1.1 200 OK",
+                "Content-Type: text/plain",
+                "transfer-encoding: chunked",
+                "connection: close",
+                "",
+                ""
+            ]
+        );
+    }
+
+    #[test]
+    fn chunked_framing_table() {
+        let table: [(&[u8], Result<usize, ChunkedError>, bool); 9] = [
+            (b"0\r\n\r\n", Ok(5), true),
+            (b"5\r\nhello\r\n0\r\n\r\nNEXT", Ok(15), true),
+            (b"A;ext=1\r\n0123456789\r\n0\r\n\r\n", Ok(26), true),
+            (b"3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", Ok(21), true),
+            (b"5\r\nhel", Ok(6), false),
+            (b"\r\n", Err(ChunkedError), false),
+            (b"5\r\nhelloX", Err(ChunkedError), false),
+            (b"g\r\n", Err(ChunkedError), false),
+            (b"fffffffffffffffff\r\n", Err(ChunkedError), false),
+        ];
+        for (input, want, done) in table {
+            let mut c = Chunked::default();
+            let got = c.feed(input);
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(input));
+            if want.is_ok() {
+                assert_eq!(c.is_done(), done);
+            }
+        }
+    }
+
+    fn encode(chunks: &[Vec<u8>], trailers: &[(String, String)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for c in chunks.iter().filter(|c| !c.is_empty()) {
+            v.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            v.extend_from_slice(c);
+            v.extend_from_slice(b"\r\n");
+        }
+        v.extend_from_slice(b"0\r\n");
+        for (k, val) in trailers {
+            v.extend_from_slice(format!("{k}: {val}\r\n").as_bytes());
+        }
+        v.extend_from_slice(b"\r\n");
+        v
+    }
+
+    proptest! {
+        /// However a chunked body is split across reads, its end is found exactly, and the
+        /// bytes after it are left alone.
+        #[test]
+        fn chunked_end_is_found_across_any_split(
+            chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8),
+            trailers in prop::collection::vec(("[a-z]{1,8}", "[a-z0-9 ]{0,12}"), 0..3),
+            tail in prop::collection::vec(any::<u8>(), 0..20),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+        ) {
+            let body = encode(&chunks, &trailers);
+            let mut wire = body.clone();
+            wire.extend_from_slice(&tail);
+            let mut points: Vec<usize> = cuts.iter().map(|i| i.index(wire.len() + 1)).collect();
+            points.push(0);
+            points.push(wire.len());
+            points.sort_unstable();
+            let mut c = Chunked::default();
+            let mut consumed = 0;
+            for w in points.windows(2) {
+                if c.is_done() { break; }
+                let piece = &wire[w[0].max(consumed)..w[1].max(consumed)];
+                consumed += c.feed(piece).unwrap();
+            }
+            prop_assert!(c.is_done());
+            prop_assert_eq!(consumed, body.len());
+        }
+
+        /// Truncated chunked bodies are never taken as complete.
+        #[test]
+        fn truncated_chunked_bodies_are_incomplete(
+            chunks in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..100), 0..5),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let body = encode(&chunks, &[]);
+            let n = cut.index(body.len());
+            let mut c = Chunked::default();
+            prop_assert_eq!(c.feed(&body[..n]), Ok(n));
+            prop_assert!(!c.is_done());
+        }
+    }
+}
