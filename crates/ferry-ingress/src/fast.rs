@@ -203,7 +203,11 @@ impl Chunked {
                     let take = usize::try_from(r).unwrap_or(usize::MAX).min(b.len() - i);
                     i += take;
                     let left = r - take as u64;
-                    self.0 = if left == 0 { Ck::DataCr } else { Ck::Data(left) };
+                    self.0 = if left == 0 {
+                        Ck::DataCr
+                    } else {
+                        Ck::Data(left)
+                    };
                     continue;
                 }
                 Ck::Size { n, any } => match c {
@@ -374,8 +378,7 @@ pub fn write_request_head(
             prev_xff.get_or_insert(h.value);
             continue;
         }
-        if SET_BY_FERRY.iter().any(|s| h.name.eq_ignore_ascii_case(s)) || hop(h.name, req.headers)
-        {
+        if SET_BY_FERRY.iter().any(|s| h.name.eq_ignore_ascii_case(s)) || hop(h.name, req.headers) {
             continue;
         }
         header(out, h.name.as_bytes(), h.value);
@@ -703,7 +706,11 @@ async fn exchange(
             // cannot go on.
             let keep = buffered && !req.close;
             if buffered {
-                buf.advance(usize::try_from(req.content_length).unwrap_or(0).min(buf.len()));
+                buf.advance(
+                    usize::try_from(req.content_length)
+                        .unwrap_or(0)
+                        .min(buf.len()),
+                );
             }
             let resp = match (f, keep) {
                 (Fail::Timeout, true) => GATEWAY_TIMEOUT,
@@ -905,19 +912,40 @@ mod tests {
         };
         let table: [(&str, Option<(u64, bool, bool)>); 13] = [
             ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some((0, false, true))),
-            ("HEAD /x?q HTTP/1.1\r\nhost: a\r\n\r\n", Some((0, false, true))),
-            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Some((5, false, false))),
-            ("GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n", Some((0, true, true))),
+            (
+                "HEAD /x?q HTTP/1.1\r\nhost: a\r\n\r\n",
+                Some((0, false, true)),
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+                Some((5, false, false)),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\n\r\n",
+                Some((0, true, true)),
+            ),
             // HTTP/1.0, no Host, two Hosts: hyper.
             ("GET / HTTP/1.0\r\nHost: a\r\n\r\n", None),
             ("GET / HTTP/1.1\r\n\r\n", None),
             ("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", None),
             // Upgrades, Expect, chunked request bodies, odd lengths, absolute form: hyper.
-            ("GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", None),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+                None,
+            ),
             ("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\n", None),
-            ("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n", None),
-            ("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", None),
-            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", None),
+            (
+                "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n",
+                None,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                None,
+            ),
+            (
+                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+                None,
+            ),
             ("GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", None),
         ];
         for (raw, want) in table {
@@ -987,16 +1015,52 @@ mod tests {
             })
         };
         let table: [(&str, bool, Option<RespPlan>); 11] = [
-            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", false, p(200, Length(100), true)),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", true, p(200, Length(0), true)),
-            ("HTTP/1.1 204 No Content\r\n\r\n", false, p(204, Length(0), true)),
-            ("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", false, p(304, Length(0), true)),
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n", false, p(200, Chunked, true)),
-            ("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false, p(200, Close, false)),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+                false,
+                p(200, Length(100), true),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+                true,
+                p(200, Length(0), true),
+            ),
+            (
+                "HTTP/1.1 204 No Content\r\n\r\n",
+                false,
+                p(204, Length(0), true),
+            ),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                false,
+                p(304, Length(0), true),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n",
+                false,
+                p(200, Chunked, true),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                false,
+                p(200, Close, false),
+            ),
             ("HTTP/1.1 200 OK\r\n\r\n", false, p(200, Close, false)),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", false, p(200, Length(3), false)),
-            ("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, p(200, Length(3), false)),
-            ("HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", false, None),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n",
+                false,
+                p(200, Length(3), false),
+            ),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
+                false,
+                p(200, Length(3), false),
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+                false,
+                None,
+            ),
             ("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", false, None),
         ];
         for (raw, head, want) in table {
