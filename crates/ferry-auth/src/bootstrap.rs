@@ -484,6 +484,12 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
                     ],
                 ),
                 rule(&["create"], &[""], &["pods/binding", "bindings"]),
+                // StatefulSet/DaemonSet revisions, CronJob Jobs (issue 16).
+                rule(
+                    &["create"],
+                    &["apps", "batch"],
+                    &["controllerrevisions", "jobs"],
+                ),
                 rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
                 rule(
                     &["create"],

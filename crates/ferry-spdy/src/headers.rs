@@ -172,21 +172,24 @@ impl Decompressor {
                 out.reserve(out.len().max(256));
             }
             let before = self.z.total_in();
+            let out_before = out.len();
             let r = self
                 .z
                 .decompress_vec(input, &mut out, FlushDecompress::Sync);
             let used = (self.z.total_in() - before) as usize;
             input = &input[used..];
+            let progressed = used > 0 || out.len() > out_before;
+            let room = out.len() < out.capacity();
             match r {
-                Ok(Status::Ok) | Ok(Status::BufError) | Ok(Status::StreamEnd) => {
-                    if input.is_empty() && out.len() < out.capacity() {
+                Ok(st) => {
+                    if input.is_empty() && room {
                         break;
                     }
-                    if matches!(r, Ok(Status::BufError)) && used == 0 && !input.is_empty() {
-                        // No progress with room to spare: corrupt input.
-                        if out.len() < out.capacity() {
-                            return Err(HeaderError::Zlib("no progress".into()));
-                        }
+                    if matches!(st, Status::StreamEnd) {
+                        return Err(HeaderError::Zlib("data after the end of the stream".into()));
+                    }
+                    if !progressed && room {
+                        return Err(HeaderError::Zlib("no progress".into()));
                     }
                 }
                 Err(e) => {
@@ -265,6 +268,21 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn arbitrary_blocks_end_without_panic(
+            blocks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..200), 1..4),
+            valid_first: bool,
+        ) {
+            let mut d = Decompressor::new();
+            if valid_first {
+                let z = Compressor::new().compress(&Headers::new().with("a", "b")).expect("z");
+                prop_assert!(d.decompress(&z).is_ok());
+            }
+            for b in blocks {
+                let _ = d.decompress(&b);
+            }
+        }
+
         #[test]
         fn any_headers_round_trip(pairs in proptest::collection::vec(("[a-z-]{1,12}", "[ -~]{0,40}"), 0..8)) {
             let mut c = Compressor::new();

@@ -16,6 +16,13 @@ pub(crate) static KINDS: &[(&str, &str, &Msg)] = &[
     ("v1", "ServiceAccount", &M_API_CORE_V1_SERVICE_ACCOUNT),
     ("apps/v1", "Deployment", &M_API_APPS_V1_DEPLOYMENT),
     ("apps/v1", "ReplicaSet", &M_API_APPS_V1_REPLICA_SET),
+    ("apps/v1", "StatefulSet", &M_API_APPS_V1_STATEFUL_SET),
+    ("apps/v1", "DaemonSet", &M_API_APPS_V1_DAEMON_SET),
+    ("apps/v1", "ControllerRevision", &M_API_APPS_V1_CONTROLLER_REVISION),
+    ("batch/v1", "Job", &M_API_BATCH_V1_JOB),
+    ("batch/v1", "CronJob", &M_API_BATCH_V1_CRON_JOB),
+    ("policy/v1", "PodDisruptionBudget", &M_API_POLICY_V1_POD_DISRUPTION_BUDGET),
+    ("policy/v1", "Eviction", &M_API_POLICY_V1_EVICTION),
     ("discovery.k8s.io/v1", "EndpointSlice", &M_API_DISCOVERY_V1_ENDPOINT_SLICE),
     ("networking.k8s.io/v1", "Ingress", &M_API_NETWORKING_V1_INGRESS),
     ("networking.k8s.io/v1", "IngressClass", &M_API_NETWORKING_V1_INGRESS_CLASS),
@@ -147,6 +154,68 @@ pub(crate) static M_API_APPS_V1_REPLICA_SET: Msg = Msg {
         Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
         Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_SPEC), card: Card::Single, flags: OMIT },
         Field { tag: 3, json: "status", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSet",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_DAEMON_SET: Msg = Msg {
+    name: "io.k8s.api.apps.v1.DaemonSet",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_APPS_V1_DAEMON_SET_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_APPS_V1_DAEMON_SET_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_CONTROLLER_REVISION: Msg = Msg {
+    name: "io.k8s.api.apps.v1.ControllerRevision",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "data", ty: Ty::RawJson, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "revision", ty: Ty::Int64, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_JOB: Msg = Msg {
+    name: "io.k8s.api.batch.v1.Job",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_BATCH_V1_JOB_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_BATCH_V1_JOB_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_CRON_JOB: Msg = Msg {
+    name: "io.k8s.api.batch.v1.CronJob",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_BATCH_V1_CRON_JOB_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_BATCH_V1_CRON_JOB_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_POLICY_V1_POD_DISRUPTION_BUDGET: Msg = Msg {
+    name: "io.k8s.api.policy.v1.PodDisruptionBudget",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_POLICY_V1_POD_DISRUPTION_BUDGET_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_POLICY_V1_POD_DISRUPTION_BUDGET_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_POLICY_V1_EVICTION: Msg = Msg {
+    name: "io.k8s.api.policy.v1.Eviction",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "deleteOptions", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_DELETE_OPTIONS), card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
@@ -594,6 +663,151 @@ pub(crate) static M_API_APPS_V1_REPLICA_SET_STATUS: Msg = Msg {
         Field { tag: 7, json: "terminatingReplicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
         Field { tag: 3, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
         Field { tag: 6, json: "conditions", ty: Ty::Message(&M_API_APPS_V1_REPLICA_SET_CONDITION), card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_SPEC: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetSpec",
+    fields: &[
+        Field { tag: 1, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR },
+        Field { tag: 3, json: "template", ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "volumeClaimTemplates", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM), card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "serviceName", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "podManagementPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "updateStrategy", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_UPDATE_STRATEGY), card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "revisionHistoryLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "minReadySeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 10, json: "persistentVolumeClaimRetentionPolicy", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_PERSISTENT_VOLUME_CLAIM_RETENTION_POLICY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "ordinals", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_ORDINALS), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_STATUS: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetStatus",
+    fields: &[
+        Field { tag: 1, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "replicas", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "readyReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "currentReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "updatedReplicas", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "currentRevision", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "updateRevision", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "collisionCount", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "conditions", ty: Ty::Message(&M_API_APPS_V1_STATEFUL_SET_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 11, json: "availableReplicas", ty: Ty::Int32, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_DAEMON_SET_SPEC: Msg = Msg {
+    name: "io.k8s.api.apps.v1.DaemonSetSpec",
+    fields: &[
+        Field { tag: 1, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR },
+        Field { tag: 2, json: "template", ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "updateStrategy", ty: Ty::Message(&M_API_APPS_V1_DAEMON_SET_UPDATE_STRATEGY), card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "minReadySeconds", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "revisionHistoryLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_DAEMON_SET_STATUS: Msg = Msg {
+    name: "io.k8s.api.apps.v1.DaemonSetStatus",
+    fields: &[
+        Field { tag: 1, json: "currentNumberScheduled", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "numberMisscheduled", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "desiredNumberScheduled", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "numberReady", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 5, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "updatedNumberScheduled", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 7, json: "numberAvailable", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 8, json: "numberUnavailable", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 9, json: "collisionCount", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "conditions", ty: Ty::Message(&M_API_APPS_V1_DAEMON_SET_CONDITION), card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_JOB_SPEC: Msg = Msg {
+    name: "io.k8s.api.batch.v1.JobSpec",
+    fields: &[
+        Field { tag: 1, json: "parallelism", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "completions", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "activeDeadlineSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 11, json: "podFailurePolicy", ty: Ty::Message(&M_API_BATCH_V1_POD_FAILURE_POLICY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 16, json: "successPolicy", ty: Ty::Message(&M_API_BATCH_V1_SUCCESS_POLICY), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "backoffLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 12, json: "backoffLimitPerIndex", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 13, json: "maxFailedIndexes", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "manualSelector", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "template", ty: Ty::Message(&M_API_CORE_V1_POD_TEMPLATE_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 8, json: "ttlSecondsAfterFinished", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "completionMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 10, json: "suspend", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 14, json: "podReplacementPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 15, json: "managedBy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_JOB_STATUS: Msg = Msg {
+    name: "io.k8s.api.batch.v1.JobStatus",
+    fields: &[
+        Field { tag: 1, json: "conditions", ty: Ty::Message(&M_API_BATCH_V1_JOB_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "startTime", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "completionTime", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "active", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "succeeded", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "failed", ty: Ty::Int32, card: Card::Single, flags: OMIT },
+        Field { tag: 11, json: "terminating", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "completedIndexes", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 10, json: "failedIndexes", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "uncountedTerminatedPods", ty: Ty::Message(&M_API_BATCH_V1_UNCOUNTED_TERMINATED_PODS), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "ready", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_CRON_JOB_SPEC: Msg = Msg {
+    name: "io.k8s.api.batch.v1.CronJobSpec",
+    fields: &[
+        Field { tag: 1, json: "schedule", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 8, json: "timeZone", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "startingDeadlineSeconds", ty: Ty::Int64, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "concurrencyPolicy", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "suspend", ty: Ty::Bool, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "jobTemplate", ty: Ty::Message(&M_API_BATCH_V1_JOB_TEMPLATE_SPEC), card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "successfulJobsHistoryLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "failedJobsHistoryLimit", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_CRON_JOB_STATUS: Msg = Msg {
+    name: "io.k8s.api.batch.v1.CronJobStatus",
+    fields: &[
+        Field { tag: 1, json: "active", ty: Ty::Message(&M_API_CORE_V1_OBJECT_REFERENCE), card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "lastScheduleTime", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 5, json: "lastSuccessfulTime", ty: Ty::Time, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_POLICY_V1_POD_DISRUPTION_BUDGET_SPEC: Msg = Msg {
+    name: "io.k8s.api.policy.v1.PodDisruptionBudgetSpec",
+    fields: &[
+        Field { tag: 1, json: "minAvailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "maxUnavailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 4, json: "unhealthyPodEvictionPolicy", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_POLICY_V1_POD_DISRUPTION_BUDGET_STATUS: Msg = Msg {
+    name: "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
+    fields: &[
+        Field { tag: 1, json: "observedGeneration", ty: Ty::Int64, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "disruptedPods", ty: Ty::Time, card: Card::Map, flags: OMIT },
+        Field { tag: 3, json: "disruptionsAllowed", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "currentHealthy", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 5, json: "desiredHealthy", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 6, json: "expectedPods", ty: Ty::Int32, card: Card::Single, flags: 0 },
+        Field { tag: 7, json: "conditions", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_CONDITION), card: Card::Repeated, flags: OMIT },
     ],
 };
 
@@ -1283,6 +1497,110 @@ pub(crate) static M_API_APPS_V1_REPLICA_SET_CONDITION: Msg = Msg {
     ],
 };
 
+pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM: Msg = Msg {
+    name: "io.k8s.api.core.v1.PersistentVolumeClaim",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "status", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS), card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_UPDATE_STRATEGY: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetUpdateStrategy",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "rollingUpdate", ty: Ty::Message(&M_API_APPS_V1_ROLLING_UPDATE_STATEFUL_SET_STRATEGY), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_PERSISTENT_VOLUME_CLAIM_RETENTION_POLICY: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicy",
+    fields: &[
+        Field { tag: 1, json: "whenDeleted", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "whenScaled", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_ORDINALS: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetOrdinals",
+    fields: &[
+        Field { tag: 1, json: "start", ty: Ty::Int32, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_STATEFUL_SET_CONDITION: Msg = Msg {
+    name: "io.k8s.api.apps.v1.StatefulSetCondition",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_DAEMON_SET_UPDATE_STRATEGY: Msg = Msg {
+    name: "io.k8s.api.apps.v1.DaemonSetUpdateStrategy",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "rollingUpdate", ty: Ty::Message(&M_API_APPS_V1_ROLLING_UPDATE_DAEMON_SET), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_DAEMON_SET_CONDITION: Msg = Msg {
+    name: "io.k8s.api.apps.v1.DaemonSetCondition",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_POD_FAILURE_POLICY: Msg = Msg {
+    name: "io.k8s.api.batch.v1.PodFailurePolicy",
+    fields: &[
+        Field { tag: 1, json: "rules", ty: Ty::Message(&M_API_BATCH_V1_POD_FAILURE_POLICY_RULE), card: Card::Repeated, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_SUCCESS_POLICY: Msg = Msg {
+    name: "io.k8s.api.batch.v1.SuccessPolicy",
+    fields: &[
+        Field { tag: 1, json: "rules", ty: Ty::Message(&M_API_BATCH_V1_SUCCESS_POLICY_RULE), card: Card::Repeated, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_JOB_CONDITION: Msg = Msg {
+    name: "io.k8s.api.batch.v1.JobCondition",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastProbeTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_UNCOUNTED_TERMINATED_PODS: Msg = Msg {
+    name: "io.k8s.api.batch.v1.UncountedTerminatedPods",
+    fields: &[
+        Field { tag: 1, json: "succeeded", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 2, json: "failed", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_JOB_TEMPLATE_SPEC: Msg = Msg {
+    name: "io.k8s.api.batch.v1.JobTemplateSpec",
+    fields: &[
+        Field { tag: 1, json: "metadata", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_OBJECT_META), card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "spec", ty: Ty::Message(&M_API_BATCH_V1_JOB_SPEC), card: Card::Single, flags: OMIT },
+    ],
+};
+
 pub(crate) static M_API_DISCOVERY_V1_ENDPOINT_CONDITIONS: Msg = Msg {
     name: "io.k8s.api.discovery.v1.EndpointConditions",
     fields: &[
@@ -1790,6 +2108,68 @@ pub(crate) static M_API_APPS_V1_ROLLING_UPDATE_DEPLOYMENT: Msg = Msg {
     fields: &[
         Field { tag: 1, json: "maxUnavailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
         Field { tag: 2, json: "maxSurge", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Msg = Msg {
+    name: "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
+    fields: &[
+        Field { tag: 1, json: "accessModes", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 4, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "resources", ty: Ty::Message(&M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS), card: Card::Single, flags: OMIT },
+        Field { tag: 3, json: "volumeName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "storageClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 6, json: "volumeMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 7, json: "dataSource", ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 8, json: "dataSourceRef", ty: Ty::Message(&M_API_CORE_V1_TYPED_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "volumeAttributesClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_STATUS: Msg = Msg {
+    name: "io.k8s.api.core.v1.PersistentVolumeClaimStatus",
+    fields: &[
+        Field { tag: 1, json: "phase", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "accessModes", ty: Ty::String, card: Card::Repeated, flags: OMIT },
+        Field { tag: 3, json: "capacity", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 4, json: "conditions", ty: Ty::Message(&M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_CONDITION), card: Card::Repeated, flags: OMIT },
+        Field { tag: 5, json: "allocatedResources", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 7, json: "allocatedResourceStatuses", ty: Ty::String, card: Card::Map, flags: OMIT },
+        Field { tag: 8, json: "currentVolumeAttributesClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 9, json: "modifyVolumeStatus", ty: Ty::Message(&M_API_CORE_V1_MODIFY_VOLUME_STATUS), card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_ROLLING_UPDATE_STATEFUL_SET_STRATEGY: Msg = Msg {
+    name: "io.k8s.api.apps.v1.RollingUpdateStatefulSetStrategy",
+    fields: &[
+        Field { tag: 1, json: "partition", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "maxUnavailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_APPS_V1_ROLLING_UPDATE_DAEMON_SET: Msg = Msg {
+    name: "io.k8s.api.apps.v1.RollingUpdateDaemonSet",
+    fields: &[
+        Field { tag: 1, json: "maxUnavailable", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "maxSurge", ty: Ty::IntOrString, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_POD_FAILURE_POLICY_RULE: Msg = Msg {
+    name: "io.k8s.api.batch.v1.PodFailurePolicyRule",
+    fields: &[
+        Field { tag: 1, json: "action", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "onExitCodes", ty: Ty::Message(&M_API_BATCH_V1_POD_FAILURE_POLICY_ON_EXIT_CODES_REQUIREMENT), card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 3, json: "onPodConditions", ty: Ty::Message(&M_API_BATCH_V1_POD_FAILURE_POLICY_ON_POD_CONDITIONS_PATTERN), card: Card::Repeated, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_SUCCESS_POLICY_RULE: Msg = Msg {
+    name: "io.k8s.api.batch.v1.SuccessPolicyRule",
+    fields: &[
+        Field { tag: 1, json: "succeededIndexes", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "succeededCount", ty: Ty::Int32, card: Card::Single, flags: PTR|OMIT },
     ],
 };
 
@@ -2336,6 +2716,61 @@ pub(crate) static M_API_CORE_V1_PORT_STATUS: Msg = Msg {
     ],
 };
 
+pub(crate) static M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS: Msg = Msg {
+    name: "io.k8s.api.core.v1.VolumeResourceRequirements",
+    fields: &[
+        Field { tag: 1, json: "limits", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+        Field { tag: 2, json: "requests", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_CORE_V1_TYPED_OBJECT_REFERENCE: Msg = Msg {
+    name: "io.k8s.api.core.v1.TypedObjectReference",
+    fields: &[
+        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: PTR },
+        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 4, json: "namespace", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+    ],
+};
+
+pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_CONDITION: Msg = Msg {
+    name: "io.k8s.api.core.v1.PersistentVolumeClaimCondition",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "lastProbeTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 4, json: "lastTransitionTime", ty: Ty::Time, card: Card::Single, flags: OMIT },
+        Field { tag: 5, json: "reason", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 6, json: "message", ty: Ty::String, card: Card::Single, flags: OMIT },
+    ],
+};
+
+pub(crate) static M_API_CORE_V1_MODIFY_VOLUME_STATUS: Msg = Msg {
+    name: "io.k8s.api.core.v1.ModifyVolumeStatus",
+    fields: &[
+        Field { tag: 1, json: "targetVolumeAttributesClassName", ty: Ty::String, card: Card::Single, flags: OMIT },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_POD_FAILURE_POLICY_ON_EXIT_CODES_REQUIREMENT: Msg = Msg {
+    name: "io.k8s.api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
+    fields: &[
+        Field { tag: 1, json: "containerName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
+        Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 3, json: "values", ty: Ty::Int32, card: Card::Repeated, flags: 0 },
+    ],
+};
+
+pub(crate) static M_API_BATCH_V1_POD_FAILURE_POLICY_ON_POD_CONDITIONS_PATTERN: Msg = Msg {
+    name: "io.k8s.api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
+    fields: &[
+        Field { tag: 1, json: "type", ty: Ty::String, card: Card::Single, flags: 0 },
+        Field { tag: 2, json: "status", ty: Ty::String, card: Card::Single, flags: 0 },
+    ],
+};
+
 pub(crate) static M_API_NETWORKING_V1_SERVICE_BACKEND_PORT: Msg = Msg {
     name: "io.k8s.api.networking.v1.ServiceBackendPort",
     fields: &[
@@ -2577,21 +3012,6 @@ pub(crate) static M_API_CORE_V1_POD_CERTIFICATE_PROJECTION: Msg = Msg {
     ],
 };
 
-pub(crate) static M_API_CORE_V1_PERSISTENT_VOLUME_CLAIM_SPEC: Msg = Msg {
-    name: "io.k8s.api.core.v1.PersistentVolumeClaimSpec",
-    fields: &[
-        Field { tag: 1, json: "accessModes", ty: Ty::String, card: Card::Repeated, flags: OMIT },
-        Field { tag: 4, json: "selector", ty: Ty::Message(&M_APIMACHINERY_APIS_META_V1_LABEL_SELECTOR), card: Card::Single, flags: PTR|OMIT },
-        Field { tag: 2, json: "resources", ty: Ty::Message(&M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS), card: Card::Single, flags: OMIT },
-        Field { tag: 3, json: "volumeName", ty: Ty::String, card: Card::Single, flags: OMIT },
-        Field { tag: 5, json: "storageClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
-        Field { tag: 6, json: "volumeMode", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
-        Field { tag: 7, json: "dataSource", ty: Ty::Message(&M_API_CORE_V1_TYPED_LOCAL_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
-        Field { tag: 8, json: "dataSourceRef", ty: Ty::Message(&M_API_CORE_V1_TYPED_OBJECT_REFERENCE), card: Card::Single, flags: PTR|OMIT },
-        Field { tag: 9, json: "volumeAttributesClassName", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
-    ],
-};
-
 pub(crate) static M_API_CORE_V1_HTTP_HEADER: Msg = Msg {
     name: "io.k8s.api.core.v1.HttpHeader",
     fields: &[
@@ -2606,23 +3026,5 @@ pub(crate) static M_API_CORE_V1_NODE_SELECTOR_REQUIREMENT: Msg = Msg {
         Field { tag: 1, json: "key", ty: Ty::String, card: Card::Single, flags: 0 },
         Field { tag: 2, json: "operator", ty: Ty::String, card: Card::Single, flags: 0 },
         Field { tag: 3, json: "values", ty: Ty::String, card: Card::Repeated, flags: OMIT },
-    ],
-};
-
-pub(crate) static M_API_CORE_V1_VOLUME_RESOURCE_REQUIREMENTS: Msg = Msg {
-    name: "io.k8s.api.core.v1.VolumeResourceRequirements",
-    fields: &[
-        Field { tag: 1, json: "limits", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
-        Field { tag: 2, json: "requests", ty: Ty::Quantity, card: Card::Map, flags: OMIT },
-    ],
-};
-
-pub(crate) static M_API_CORE_V1_TYPED_OBJECT_REFERENCE: Msg = Msg {
-    name: "io.k8s.api.core.v1.TypedObjectReference",
-    fields: &[
-        Field { tag: 1, json: "apiGroup", ty: Ty::String, card: Card::Single, flags: PTR },
-        Field { tag: 2, json: "kind", ty: Ty::String, card: Card::Single, flags: 0 },
-        Field { tag: 3, json: "name", ty: Ty::String, card: Card::Single, flags: 0 },
-        Field { tag: 4, json: "namespace", ty: Ty::String, card: Card::Single, flags: PTR|OMIT },
     ],
 };
