@@ -188,8 +188,15 @@ impl Graph {
                     deleting,
                 },
             );
-            // The object itself: its owners may be gone, or it is an owner with work to do.
-            if !owners_now.is_empty() || (deleting && has_owner_finalizer(new)) {
+            // The object itself: when its references are new or point at an owner the graph
+            // does not hold (upstream's attemptToDelete of dependents with absent owners), or
+            // when it is an owner with finalizer work. A status update of a dependent whose
+            // owners are all present costs nothing.
+            let refs_new = ch.old.is_none() || owners_before != owners_now;
+            let owner_absent = owners_now.iter().any(|o| !self.nodes.contains_key(o));
+            if (!owners_now.is_empty() && (refs_new || owner_absent))
+                || (deleting && has_owner_finalizer(new))
+            {
                 out.uids.insert(uid.clone());
             }
             if deleting && is_namespace {
@@ -391,6 +398,38 @@ mod tests {
         );
         assert_eq!(a.uids, set(&["u-dep"]));
         assert_eq!(g.dependents("u-owner"), vec!["u-dep".to_string()]);
+        // A change of the dependent that keeps its (present) owners: nothing to do.
+        let mut dep_status = dep.clone();
+        dep_status.data = serde_json::json!({"data": {"k": "v"}});
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&dep),
+                new: Some(&dep_status),
+            },
+        );
+        assert_eq!(a, Affected::default());
+        // A dependent whose owner the graph does not hold is looked at on every change.
+        let stray = obj("ns", "stray", &["nobody"], false, &[]);
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: None,
+                new: Some(&stray),
+            },
+        );
+        assert_eq!(a.uids, set(&["u-stray"]));
+        let a = g.update(
+            0,
+            false,
+            &Change {
+                old: Some(&stray),
+                new: Some(&stray),
+            },
+        );
+        assert_eq!(a.uids, set(&["u-stray"]));
         // The owner starts a foreground deletion: itself and its dependents.
         let owner2 = obj("ns", "owner", &[], true, &["foregroundDeletion"]);
         let a = g.update(
@@ -424,7 +463,7 @@ mod tests {
             },
         );
         assert!(a.uids.is_empty());
-        assert!(g.members("ns").is_empty());
+        assert_eq!(g.members("ns"), vec!["u-stray".to_string()]);
         assert!(g.node("u-owner").is_none());
     }
 
