@@ -20,6 +20,7 @@ ORIGIN=127.0.0.1:18080
 FERRY=127.0.0.1:18081
 NGINX=127.0.0.1:18082
 HAP=127.0.0.1:18083
+HYPER=127.0.0.1:18084   # Ferry with the fast path off (hyper throughout): the "before"
 
 need=()
 for t in nginx haproxy wrk; do command -v "$t" >/dev/null 2>&1 || need+=("$t"); done
@@ -119,10 +120,11 @@ CFG
 
 taskset -c $LOAD_CPU nginx -c "$W/origin/nginx.conf" & PIDS+=($!)
 taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!)
+taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!)
 taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!)
 taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!)
 sleep 2
-for a in $ORIGIN $FERRY $NGINX $HAP; do
+for a in $ORIGIN $FERRY $NGINX $HAP $HYPER; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
 done
 
@@ -134,27 +136,31 @@ run() {
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
   echo "$rps $p99"
 }
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, $ROUNDS rounds =="
 declare -A RPS P99
-for name in ferry nginx haproxy; do RPS[$name]=0; P99[$name]=0; done
+NAMES="ferry nginx haproxy hyper"
+for name in $NAMES; do RPS[$name]=0; P99[$name]=0; done
 for r in $(seq 1 "$ROUNDS"); do
-  for name in ferry nginx haproxy; do
-    case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; esac
+  for name in $NAMES; do
+    case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; hyper) a=$HYPER;; esac
     read -r rps p99 < <(run "$a")
     printf '  round %d %-8s %10.0f req/s   p99 %7.2f ms\n' "$r" "$name" "$rps" "$p99"
     RPS[$name]=$(awk -v a="${RPS[$name]}" -v b="$rps" 'BEGIN{print a+b}')
     P99[$name]=$(awk -v a="${P99[$name]}" -v b="$p99" 'BEGIN{print (b>a)?b:a}')
   done
 done
-echo "== mean req/s, worst p99 over rounds =="
-for name in ferry nginx haproxy; do
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== mean req/s, worst p99 over rounds (hyper = Ferry without its fast path) =="
+for name in $NAMES; do
   RPS[$name]=$(awk -v a="${RPS[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.0f", a/n}')
   printf '  %-8s %10s req/s   p99 %7s ms\n' "$name" "${RPS[$name]}" "${P99[$name]}"
 done
 best=nginx
 if awk -v h="${RPS[haproxy]}" -v n="${RPS[nginx]}" 'BEGIN{exit !(h>n)}'; then best=haproxy; fi
 awk -v f="${RPS[ferry]}" -v n="${RPS[nginx]}" -v h="${RPS[haproxy]}" -v fp="${P99[ferry]}" \
-    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" 'BEGIN{
+    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" -v y="${RPS[hyper]}" 'BEGIN{
   printf "ratio req/s  ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
+  printf "ratio req/s  ferry/ferry-hyper-path %.2f\n", f/y
   printf "ratio p99    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
 }'
