@@ -42,6 +42,8 @@ type Key = (String, String, String);
 #[derive(Default)]
 pub struct Registry {
     map: RwLock<HashMap<Key, Arc<Resource>>>,
+    /// (group, plural) of the CRDs being deleted: their objects can no longer be created.
+    terminating: RwLock<BTreeSet<(String, String)>>,
 }
 
 impl Registry {
@@ -60,6 +62,23 @@ impl Registry {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// Whether `res` is a custom resource whose CRD is being deleted.
+    pub fn is_terminating(&self, res: &Resource) -> bool {
+        self.terminating
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(res.info().group.to_string(), res.info().plural.to_string()))
+    }
+
+    /// The answer to a create while the CRD is being deleted, as upstream's.
+    pub fn terminating_error() -> ApiError {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating",
+        )
     }
 
     /// Replaces the served set; returns whether it changed.
@@ -171,6 +190,22 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
             }),
         );
     }
+    *api.crds
+        .terminating
+        .write()
+        .unwrap_or_else(|e| e.into_inner()) = crds
+        .iter()
+        .filter(|c| deleting(c))
+        .map(|c| {
+            let p = |ptr: &str| {
+                c.pointer(ptr)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            (p("/spec/group"), p("/status/acceptedNames/plural"))
+        })
+        .collect();
     let old_prefixes: BTreeSet<String> = api.crds.all().iter().map(|r| r.prefix.clone()).collect();
     let changed = api.crds.replace(map);
     for p in old_prefixes.difference(&prefixes) {

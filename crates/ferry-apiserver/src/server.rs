@@ -241,8 +241,7 @@ impl Server {
                         Bytes::copy_from_slice(openapi.v2_json()),
                     )
                 };
-                if let Ok(v) =
-                    header::HeaderValue::from_str(&format!("\"{}\"", openapi.v2_etag()))
+                if let Ok(v) = header::HeaderValue::from_str(&format!("\"{}\"", openapi.v2_etag()))
                 {
                     resp.headers_mut().insert(header::ETAG, v);
                 }
@@ -301,11 +300,7 @@ impl Server {
             .api
             .resource(&rp.group, &rp.version, &rp.resource)
             .cloned()
-            .or_else(|| {
-                self.api
-                    .crds
-                    .resource(&rp.group, &rp.version, &rp.resource)
-            })
+            .or_else(|| self.api.crds.resource(&rp.group, &rp.version, &rp.resource))
         else {
             return error_response(&ApiError::not_found_path());
         };
@@ -413,6 +408,9 @@ impl Server {
             (&Method::POST, true) if sub == Some("binding") => {
                 let v = crate::body::decode(content_type, &body)?;
                 api.bind_pod(&res, &rp, q, v).await
+            }
+            (&Method::POST, false) if api.crds.is_terminating(&res) => {
+                Err(crate::crd::Registry::terminating_error())
             }
             (&Method::POST, false) => {
                 let dups = crate::api::duplicate_fields(&res, q, content_type, &body)?;

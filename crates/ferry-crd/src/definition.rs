@@ -240,6 +240,22 @@ pub fn validate_crd(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
                 "field is immutable",
             ));
         }
+        // A version objects may still be stored in cannot be removed (upstream: migrate, then
+        // drop it from status.storedVersions first).
+        let names: Vec<String> = crd
+            .pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .map(|vs| vs.iter().map(|v| s(v, "/name").to_string()).collect())
+            .unwrap_or_default();
+        for (i, sv) in strings(old, "/status/storedVersions").iter().enumerate() {
+            if !names.contains(sv) {
+                errs.push(FieldError::invalid(
+                    &index("status.storedVersions", i),
+                    render(&json!(sv)),
+                    "must appear in spec.versions",
+                ));
+            }
+        }
         if s(old, "/spec/names/plural") != plural {
             errs.push(FieldError::invalid(
                 "spec.names.plural",
@@ -833,6 +849,20 @@ mod tests {
         for (f, want) in cases {
             assert_eq!(errs_of(crontab(), f), want);
         }
+    }
+
+    #[test]
+    fn stored_versions_stay_in_spec() {
+        let mut old = crontab();
+        default_crd(&mut old);
+        old["status"] = json!({"storedVersions": ["v1"]});
+        let mut new = old.clone();
+        new["spec"]["versions"][0]["name"] = json!("v2");
+        let f: Vec<String> = validate_crd(&new, Some(&old))
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(f, vec!["status.storedVersions[0]"]);
     }
 
     #[test]
