@@ -188,7 +188,10 @@ where
                 _ = stop.cancelled() => return,
                 ev = futures::StreamExt::next(&mut stream) => match ev {
                     Some(Ok(_)) => notify.notify_one(),
-                    Some(Err(e)) => tracing::debug!("watch: {e}"),
+                    Some(Err(e)) => tracing::warn!(
+                        kind = %K::kind(&()),
+                        "watch failed, retrying with backoff: {e}"
+                    ),
                     None => return,
                 }
             }
