@@ -1522,6 +1522,29 @@ mod tests {
         );
         assert!(loopback_cidr("127.10.0.0/16"));
         assert!(!loopback_cidr("10.244.0.0/16,fd00:10:244::/56"));
+        assert_eq!(
+            kube_dns_ips("10.96.0.0/16,fd00:10:96::/112"),
+            vec![
+                "10.96.0.10".parse::<IpAddr>().expect("ip"),
+                "fd00:10:96::a".parse().expect("ip")
+            ]
+        );
+        assert_eq!(kube_dns_ips("127.96.0.0/16").len(), 1);
+        let plan = ferry_node::netns::ClusterPlan::new("p", &node_names("n", 2), Vec::new());
+        let v4: IpAddr = "10.96.0.10".parse().expect("ip");
+        let eps = kube_dns_endpoints(&plan, &kube_dns_ips("10.96.0.0/16,fd00:10:96::/112"));
+        assert_eq!(
+            eps.iter()
+                .map(|(ip, n)| format!("{n}={ip}"))
+                .collect::<Vec<_>>(),
+            vec![
+                "n-1=198.18.0.11",
+                "n-1=fd00:198:18::b",
+                "n-2=198.18.0.12",
+                "n-2=fd00:198:18::c"
+            ]
+        );
+        assert_eq!(kube_dns_endpoints(&plan, &[v4]).len(), 2, "IPv4 only");
         assert_eq!(node_names("n", 1), vec!["n"]);
         assert_eq!(node_names("n", 3), vec!["n-1", "n-2", "n-3"]);
         assert_eq!(
