@@ -562,6 +562,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn random_input_always_ends_the_session() {
+        // A small deterministic generator: inputs that start like control frames, data
+        // frames and SYN_STREAMs with random header blocks.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..300 {
+            let len = (next() % 200) as usize;
+            let mut input: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            match round % 3 {
+                0 if input.len() >= 4 => input[..4].copy_from_slice(&[0x80, 0x03, 0x00, 0x01]),
+                1 if !input.is_empty() => input[0] &= 0x7f,
+                _ => {}
+            }
+            let (a, mut b) = tokio::io::duplex(4096);
+            let (server, _incoming) = Session::start(a, Role::Server);
+            let _ = b.write_all(&input).await;
+            drop(b);
+            tokio::time::timeout(std::time::Duration::from_secs(5), server.ended())
+                .await
+                .unwrap_or_else(|_| panic!("session did not end on {input:02x?}"));
+        }
+    }
+
+    #[tokio::test]
     async fn garbage_ends_the_session_with_goaway() {
         let (a, mut b) = tokio::io::duplex(1024);
         let (server, _incoming) = Session::start(a, Role::Server);
