@@ -212,7 +212,11 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
         api.cache.remove(p);
     }
     if changed {
-        server.set_openapi(ferry_openapi::OpenApi::build());
+        // Building every document takes a while: off the request threads.
+        match tokio::task::spawn_blocking(ferry_openapi::OpenApi::build).await {
+            Ok(o) => server.set_openapi(o),
+            Err(e) => tracing::warn!("rebuilding the OpenAPI documents: {e}"),
+        }
     }
 
     let q = Query::default();
