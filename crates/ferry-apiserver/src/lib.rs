@@ -219,7 +219,10 @@ pub async fn start(
     pki::write_kubeconfig(&kubeconfig, &pki.kubeconfig(&url, !config.plain_http))?;
     // Custom kinds of the stored CRDs are served from the start.
     if let Err(e) = crd::sync(&server).await {
-        tracing::warn!("serving the stored CustomResourceDefinitions: {}", e.message);
+        tracing::warn!(
+            "serving the stored CustomResourceDefinitions: {}",
+            e.message
+        );
     }
     tokio::spawn(crd::run(server.clone(), shutdown.clone()));
     server.ready.store(true, Ordering::SeqCst);
