@@ -63,6 +63,10 @@ fn statefulset_dns_rollout_and_drain_with_pdb() {
     assert!(o.status.success(), "{}\n{}", text(&o), f.log());
     let table = f.k("kubectl", &["get", "statefulset", "web"]);
     assert!(table.contains("3/3"), "{table}");
+    let d = f.k("kubectl", &["describe", "statefulset", "web"]);
+    assert!(d.contains("Pods Status:") && d.contains("3 Running"), "{d}");
+    let e = f.k("kubectl", &["explain", "statefulset.spec.serviceName"]);
+    assert!(e.contains("serviceName"), "{e}");
     let pods = get_json(&f, &["get", "pods", "-l", "app=web", "-o", "json"]);
     let mut names: Vec<String> = pods["items"]
         .as_array()
@@ -140,6 +144,11 @@ fn statefulset_dns_rollout_and_drain_with_pdb() {
         }),
         "{}",
         f.k("kubectl", &["get", "pdb", "web-pdb", "-o", "yaml"])
+    );
+    let d = f.k("kubectl", &["describe", "pdb", "web-pdb"]);
+    assert!(
+        d.contains("Min available:") && d.contains("Allowed disruptions:"),
+        "{d}"
     );
     let pdb = f.k("kubectl", &["get", "pdb", "web-pdb"]);
     assert!(
@@ -313,6 +322,13 @@ fn jobs_cronjob_gc_and_namespace_deletion() {
     assert_eq!(failed["reason"], "BackoffLimitExceeded", "{job}");
     let table = f.k("kubectl", &["get", "job", "fails"]);
     assert!(table.contains("Failed"), "{table}");
+    let d = f.k("kubectl", &["describe", "job", "fails"]);
+    assert!(
+        d.contains("Pods Statuses:") && d.contains("2 Failed"),
+        "{d}"
+    );
+    let e = f.k("kubectl", &["explain", "cronjob.spec.timeZone"]);
+    assert!(e.contains("timeZone"), "{e}");
 
     // A CronJob firing every minute.
     let o = f.kubectl(&[
