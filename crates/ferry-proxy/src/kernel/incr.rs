@@ -158,7 +158,9 @@ impl Incremental {
         self.primed = false;
     }
 
-    fn contribute(&mut self, f: &Fragment, add: bool, touched: &mut BTreeSet<Item>) {
+    /// Adds or removes a fragment's contributions; records the items in `touched` (none on
+    /// the first update, whose state is the whole render).
+    fn contribute(&mut self, f: &Fragment, add: bool, mut touched: Option<&mut BTreeSet<Item>>) {
         for (n, c) in &f.chains {
             let m = self.chains.entry(n.clone()).or_insert(Multi(Vec::new()));
             if add {
@@ -166,7 +168,9 @@ impl Incremental {
             } else {
                 m.remove(c);
             }
-            touched.insert(Item::Chain(n.clone()));
+            if let Some(t) = touched.as_deref_mut() {
+                t.insert(Item::Chain(n.clone()));
+            }
         }
         for (n, k) in &f.sets {
             let m = self.sets.entry(n.clone()).or_insert(Multi(Vec::new()));
@@ -175,7 +179,9 @@ impl Incremental {
             } else {
                 m.remove(k);
             }
-            touched.insert(Item::Set(n.clone()));
+            if let Some(t) = touched.as_deref_mut() {
+                t.insert(Item::Set(n.clone()));
+            }
         }
         for (s, k, v) in &f.elements {
             let m = self
@@ -187,7 +193,9 @@ impl Incremental {
             } else {
                 m.remove(v);
             }
-            touched.insert(Item::Element(s.clone(), k.clone()));
+            if let Some(t) = touched.as_deref_mut() {
+                t.insert(Item::Element(s.clone(), k.clone()));
+            }
         }
     }
 
@@ -279,6 +287,79 @@ impl Incremental {
         out
     }
 
+    /// Every item with more than one distinct contribution.
+    fn recount_conflicts(&mut self) {
+        self.conflicts.clear();
+        for (n, m) in &self.chains {
+            if m.0.len() > 1 {
+                self.conflicts.insert(Item::Chain(n.clone()));
+            }
+        }
+        for (n, m) in &self.sets {
+            if m.0.len() > 1 {
+                self.conflicts.insert(Item::Set(n.clone()));
+            }
+        }
+        for ((s, k), m) in &self.elements {
+            if m.0.len() > 1 {
+                self.conflicts.insert(Item::Element(s.clone(), k.clone()));
+            }
+        }
+    }
+
+    /// The Services whose ports changed (or are new), and those gone. A merge of the sorted
+    /// input with the stored Services: nothing is allocated for an unchanged one.
+    #[allow(clippy::type_complexity)]
+    fn changes<'p>(&self, ports: &'p [SvcPort]) -> (Vec<&'p [SvcPort]>, Vec<(String, String)>) {
+        let gs = groups(ports);
+        let sorted = gs.windows(2).all(|w| {
+            (w[0][0].name.namespace.as_str(), w[0][0].name.name.as_str())
+                < (w[1][0].name.namespace.as_str(), w[1][0].name.name.as_str())
+        });
+        let mut changed = Vec::new();
+        let mut removed = Vec::new();
+        if !sorted {
+            // Not in input order (a caller of its own): look every Service up.
+            let mut seen = BTreeSet::new();
+            for g in gs {
+                let key = (g[0].name.namespace.clone(), g[0].name.name.clone());
+                if !self
+                    .services
+                    .get(&key)
+                    .is_some_and(|(old, _)| old.as_slice() == g)
+                {
+                    changed.push(g);
+                }
+                seen.insert(key);
+            }
+            removed.extend(self.services.keys().filter(|k| !seen.contains(*k)).cloned());
+            return (changed, removed);
+        }
+        let mut it = self.services.iter().peekable();
+        for g in gs {
+            let k = (g[0].name.namespace.as_str(), g[0].name.name.as_str());
+            while let Some(((ns, n), _)) = it.peek() {
+                if (ns.as_str(), n.as_str()) < k {
+                    removed.push((ns.clone(), n.clone()));
+                    it.next();
+                } else {
+                    break;
+                }
+            }
+            match it.peek() {
+                Some(((ns, n), (old, _))) if (ns.as_str(), n.as_str()) == k => {
+                    if old.as_slice() != g {
+                        changed.push(g);
+                    }
+                    it.next();
+                }
+                _ => changed.push(g),
+            }
+        }
+        removed.extend(it.map(|(k, _)| k.clone()));
+        (changed, removed)
+    }
+
     /// The state before this update's changes to `touched` (from their old values).
     fn restore(&self, old_sub: &Ruleset, touched: &BTreeSet<Item>) -> Ruleset {
         let mut prev = self.state.clone();
@@ -328,39 +409,49 @@ impl Incremental {
     /// [`super::input::build`] orders it) and returns the operations that get there.
     pub fn update(&mut self, ports: &[SvcPort]) -> Update {
         let was_conflicted = !self.conflicts.is_empty();
-        let mut touched = BTreeSet::new();
-        let mut rendered = 0;
-        let mut seen: BTreeSet<(String, String)> = BTreeSet::new();
-        for g in groups(ports) {
-            let key = (g[0].name.namespace.clone(), g[0].name.name.clone());
-            let same = self
-                .services
-                .get(&key)
-                .is_some_and(|(old, _)| old.as_slice() == g);
-            if !same {
+        let (changed, removed) = self.changes(ports);
+        let rendered = changed.len() + removed.len();
+        if !self.primed {
+            // The first update: every Service's contributions are counted, and the state is
+            // the whole render (exact, conflicts or not).
+            for g in changed {
+                let key = (g[0].name.namespace.clone(), g[0].name.name.clone());
                 let frag =
                     Fragment::of(nft::render_on(g, &self.cfg, &self.skeleton), &self.skeleton);
                 if let Some((_, old)) = self.services.remove(&key) {
-                    self.contribute(&old, false, &mut touched);
+                    self.contribute(&old, false, None);
                 }
-                self.contribute(&frag, true, &mut touched);
-                self.services.insert(key.clone(), (g.to_vec(), frag));
-                rendered += 1;
+                self.contribute(&frag, true, None);
+                self.services.insert(key, (g.to_vec(), frag));
             }
-            seen.insert(key);
-        }
-        if seen.len() != self.services.len() {
-            let gone: Vec<(String, String)> = self
-                .services
-                .keys()
-                .filter(|k| !seen.contains(*k))
-                .cloned()
-                .collect();
-            for k in gone {
+            for k in removed {
                 if let Some((_, old)) = self.services.remove(&k) {
-                    self.contribute(&old, false, &mut touched);
-                    rendered += 1;
+                    self.contribute(&old, false, None);
                 }
+            }
+            self.recount_conflicts();
+            self.state = nft::render(ports, &self.cfg);
+            self.primed = true;
+            return Update {
+                ops: Vec::new(),
+                full: true,
+                rendered,
+                whole: false,
+            };
+        }
+        let mut touched = BTreeSet::new();
+        for g in changed {
+            let key = (g[0].name.namespace.clone(), g[0].name.name.clone());
+            let frag = Fragment::of(nft::render_on(g, &self.cfg, &self.skeleton), &self.skeleton);
+            if let Some((_, old)) = self.services.remove(&key) {
+                self.contribute(&old, false, Some(&mut touched));
+            }
+            self.contribute(&frag, true, Some(&mut touched));
+            self.services.insert(key, (g.to_vec(), frag));
+        }
+        for k in removed {
+            if let Some((_, old)) = self.services.remove(&k) {
+                self.contribute(&old, false, Some(&mut touched));
             }
         }
         let old_sub = if self.primed {

@@ -144,6 +144,16 @@ proptest! {
             let u = inc.update(last);
             prop_assert!(u.ops.is_empty());
             prop_assert_eq!(u.rendered, 0);
+            // Input out of order (not what the kernel input gives): still exact.
+            let mut rev = last.clone();
+            rev.reverse();
+            let u = inc.update(&rev);
+            let want = nft::render(&rev, &c);
+            prop_assert_eq!(inc.state(), &want);
+            if let Some(k) = kernel.as_mut() {
+                prop_assert_eq!(nft::apply_ops(k, &u.ops), Ok(()));
+                prop_assert_eq!(&*k, &want);
+            }
         }
     }
 }
