@@ -168,7 +168,33 @@ impl Strategy for CustomKind {
 
     fn prepare_create(&self, _value: &mut Value) {}
 
-    fn prepare_update(&self, _new: &mut Value, _old: &Value) {}
+    /// Without a status subresource `status` is an ordinary field: changing it bumps
+    /// `metadata.generation` too (the API server bumps it for everything but metadata and
+    /// status).
+    fn prepare_update(&self, new: &mut Value, old: &Value) {
+        if self.version.status || new.get("status") == old.get("status") {
+            return;
+        }
+        let rest = |v: &Value| {
+            let mut c = v.clone();
+            if let Value::Object(m) = &mut c {
+                for k in ["metadata", "status", "kind", "apiVersion"] {
+                    m.remove(k);
+                }
+            }
+            c
+        };
+        if rest(new) != rest(old) {
+            return;
+        }
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if let Some(Value::Object(m)) = new.get_mut("metadata") {
+            m.insert("generation".into(), json!(g + 1));
+        }
+    }
 
     fn validate(&self, value: &Value, old: Option<&Value>) -> ErrorList {
         let meta = |v: &Value| -> ObjectMeta {
@@ -457,6 +483,23 @@ mod tests {
         assert!(by_kind("stable.example.com/v1", "CronTab").is_some());
         install(&[]);
         assert!(by_resource("stable.example.com", "v1", "crontabs").is_none());
+    }
+
+    #[test]
+    fn status_without_subresource_bumps_generation() {
+        let d = def();
+        let with = CustomKind::new(&d, &d.versions[0]);
+        let without = CustomKind::new(&d, &d.versions[1]);
+        let old = json!({"metadata": {"generation": 3}, "spec": {"a": 1}, "status": {"x": 1}});
+        let mut new = json!({"metadata": {"generation": 3}, "spec": {"a": 1}, "status": {"x": 2}});
+        with.prepare_update(&mut new, &old);
+        assert_eq!(new["metadata"]["generation"], json!(3));
+        without.prepare_update(&mut new, &old);
+        assert_eq!(new["metadata"]["generation"], json!(4));
+        // A spec change is the API server's to count (once).
+        let mut new = json!({"metadata": {"generation": 3}, "spec": {"a": 2}, "status": {"x": 2}});
+        without.prepare_update(&mut new, &old);
+        assert_eq!(new["metadata"]["generation"], json!(3));
     }
 
     #[test]
