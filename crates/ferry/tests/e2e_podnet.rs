@@ -764,6 +764,7 @@ fn kill9_then_restart_leaves_nothing_behind() {
     if !usable() {
         return;
     }
+    let links_before = root_links();
     let mut c = Cluster::start(&[]);
     let prefix = prefix_of(c.dir.path());
     let dir = c.dir.path().display().to_string();
@@ -787,6 +788,10 @@ fn kill9_then_restart_leaves_nothing_behind() {
     let ip = c.jsonpath("pod", "p", "{.status.podIP}");
     assert!(ip.starts_with("10.244."), "{ip}");
     assert_eq!(namespaces(&prefix).len(), 3, "{:?}", namespaces(&prefix));
+    // The killed run's IPAM leases were released (DEL from the CNI cache): one pod, one
+    // address per family.
+    assert_eq!(leases(c.dir.path()).len(), 2, "{:?}", leases(c.dir.path()));
+    assert_eq!(pod_veths(&format!("{prefix}node1")), 1);
     c.sigterm();
     assert!(
         eventually(10, || namespaces(&prefix).is_empty()
@@ -794,6 +799,11 @@ fn kill9_then_restart_leaves_nothing_behind() {
         "left behind: {:?} {:?}",
         namespaces(&prefix),
         processes(&dir)
+    );
+    assert_eq!(
+        root_links(),
+        links_before,
+        "the root namespace's links changed"
     );
 }
 
