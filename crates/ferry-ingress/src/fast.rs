@@ -353,7 +353,7 @@ pub fn plan_request<'a>(req: &httparse::Request<'_, 'a>) -> Option<ReqPlan<'a>> 
 #[derive(Debug, Clone)]
 pub struct Forwarded {
     pub client_ip: String,
-    pub local_port: u16,
+    pub local_port: String,
     pub https: bool,
     /// Append to a client's X-Forwarded-For instead of replacing it.
     pub trust: bool,
@@ -392,9 +392,7 @@ pub fn write_request_head(
     out.extend_from_slice(b"\r\n");
     header(out, b"x-real-ip", fwd.client_ip.as_bytes());
     header(out, b"x-forwarded-host", plan.host.as_bytes());
-    out.extend_from_slice(b"x-forwarded-port: ");
-    out.extend_from_slice(fwd.local_port.to_string().as_bytes());
-    out.extend_from_slice(b"\r\n");
+    header(out, b"x-forwarded-port", fwd.local_port.as_bytes());
     let proto: &[u8] = if fwd.https { b"https" } else { b"http" };
     header(out, b"x-forwarded-proto", proto);
     out.extend_from_slice(b"\r\n");
@@ -528,7 +526,7 @@ pub async fn run(
 ) -> Outcome {
     let fwd = Forwarded {
         client_ip: crate::proxy::client_ip(info.peer.ip()).to_string(),
-        local_port: info.local.port(),
+        local_port: info.local.port().to_string(),
         https: info.https,
         trust: shared.trust_forwarded,
     };
@@ -910,7 +908,8 @@ mod tests {
             });
             r
         };
-        let table: [(&str, Option<(u64, bool, bool)>); 13] = [
+        type Want = Option<(u64, bool, bool)>;
+        let table: [(&str, Want); 13] = [
             ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Some((0, false, true))),
             (
                 "HEAD /x?q HTTP/1.1\r\nhost: a\r\n\r\n",
@@ -970,7 +969,7 @@ mod tests {
         ] {
             let fwd = Forwarded {
                 client_ip: "10.0.0.1".into(),
-                local_port: 80,
+                local_port: "80".into(),
                 https: false,
                 trust,
             };
