@@ -31,7 +31,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian's nginx package starts a service on port 80; this bench never uses it.
 
-nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench
+[ -n "${NO_BUILD:-}" ] || nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench
 BIN=target/release/examples/ingress_bench
 W=$(mktemp -d)
 PIDS=()
@@ -118,34 +118,50 @@ backend be
     server s1 $ORIGIN
 CFG
 
+declare -A PID
 taskset -c $LOAD_CPU nginx -c "$W/origin/nginx.conf" & PIDS+=($!)
-taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!)
-taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!)
-taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!)
-taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!)
+taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!); PID[ferry]=$!
+taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!); PID[hyper]=$!
+taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!); PID[nginx]=$!
+taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!); PID[haproxy]=$!
 sleep 2
 for a in $ORIGIN $FERRY $NGINX $HAP $HYPER; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
 done
 
-# wrk: requests/s and the p99 latency (in ms).
+# wrk: requests/s, the p99 latency (in ms) and, when perf is there, the proxy's CPU time per
+# request in microseconds (perf stat task-clock of the proxy process over the run): the cost
+# that bounds requests/s when the proxy core is the bottleneck, and far less sensitive than
+# requests/s to other jobs sharing the machine.
 run() {
-  local out rps p99
+  local out rps p99 req cpu=0 sp=""
+  if [ "$PERF" = 1 ]; then
+    perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & sp=$!
+    sleep 0.2
+  fi
   out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "http://$1/")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  req=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
-  echo "$rps $p99"
+  if [ -n "$sp" ]; then
+    wait "$sp" || true
+    cpu=$(awk -F, -v r="$req" '$3=="task-clock" || $3 ~ /^task-clock/ {printf "%.2f", $1*1000/r}' "$W/stat")
+  fi
+  echo "$rps $p99 ${cpu:-0}"
 }
+PERF=0
+if command -v perf >/dev/null 2>&1 && perf stat -e task-clock -- true >/dev/null 2>&1; then PERF=1; fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, $ROUNDS rounds =="
-declare -A RPS P99
+declare -A RPS P99 CPU
 NAMES="ferry nginx haproxy hyper"
-for name in $NAMES; do RPS[$name]=0; P99[$name]=0; done
+for name in $NAMES; do RPS[$name]=0; P99[$name]=0; CPU[$name]=0; done
 for r in $(seq 1 "$ROUNDS"); do
   for name in $NAMES; do
     case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; hyper) a=$HYPER;; esac
-    read -r rps p99 < <(run "$a")
-    printf '  round %d %-8s %10.0f req/s   p99 %7.2f ms\n' "$r" "$name" "$rps" "$p99"
+    read -r rps p99 cpu < <(run "$a" "${PID[$name]}")
+    printf '  round %d %-8s %10.0f req/s   p99 %7.2f ms   cpu %6.2f us/req\n' "$r" "$name" "$rps" "$p99" "$cpu"
+    CPU[$name]=$(awk -v a="${CPU[$name]}" -v b="$cpu" 'BEGIN{print a+b}')
     RPS[$name]=$(awk -v a="${RPS[$name]}" -v b="$rps" 'BEGIN{print a+b}')
     P99[$name]=$(awk -v a="${P99[$name]}" -v b="$p99" 'BEGIN{print (b>a)?b:a}')
   done
@@ -154,13 +170,16 @@ echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== mean req/s, worst p99 over rounds (hyper = Ferry without its fast path) =="
 for name in $NAMES; do
   RPS[$name]=$(awk -v a="${RPS[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.0f", a/n}')
-  printf '  %-8s %10s req/s   p99 %7s ms\n' "$name" "${RPS[$name]}" "${P99[$name]}"
+  CPU[$name]=$(awk -v a="${CPU[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.2f", a/n}')
+  printf '  %-8s %10s req/s   p99 %7s ms   cpu %6s us/req\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}"
 done
 best=nginx
 if awk -v h="${RPS[haproxy]}" -v n="${RPS[nginx]}" 'BEGIN{exit !(h>n)}'; then best=haproxy; fi
 awk -v f="${RPS[ferry]}" -v n="${RPS[nginx]}" -v h="${RPS[haproxy]}" -v fp="${P99[ferry]}" \
-    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" -v y="${RPS[hyper]}" 'BEGIN{
+    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" -v y="${RPS[hyper]}" \
+    -v fc="${CPU[ferry]}" -v nc="${CPU[nginx]}" -v hc="${CPU[haproxy]}" -v yc="${CPU[hyper]}" 'BEGIN{
   printf "ratio req/s  ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
   printf "ratio req/s  ferry/ferry-hyper-path %.2f\n", f/y
+  if (fc > 0) printf "ratio cpu/req (peer/ferry: requests/s per core)  nginx %.2f  haproxy %.2f  ferry-hyper-path %.2f\n", nc/fc, hc/fc, yc/fc
   printf "ratio p99    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
 }'
