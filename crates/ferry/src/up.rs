@@ -658,6 +658,7 @@ async fn start_netns(
     if let Some(gw) = plan.gateway.first() {
         point_kubernetes_endpoints(&client, *gw, api_port).await;
     }
+    upgrade_kube_dns_service(&client, &dns_ips).await;
     // kube-dns: with a kernel proxy, a Service whose endpoints are the DNS listeners on the
     // node addresses (as CoreDNS pods would be); with the userspace proxy, the DNS servers
     // answer on the Service address itself and the Service has no endpoints.
@@ -1130,6 +1131,47 @@ fn bracket(ip: IpAddr) -> String {
     match ip {
         IpAddr::V6(v6) => format!("[{v6}]"),
         IpAddr::V4(v4) => v4.to_string(),
+    }
+}
+
+/// A kube-dns Service left single-stack by an earlier run on this data directory becomes
+/// PreferDualStack with the other family's address (as upstream allows: the secondary
+/// ClusterIP is added, the primary kept).
+async fn upgrade_kube_dns_service(client: &kube::Client, ips: &[IpAddr]) {
+    use k8s_openapi::api::core::v1::Service;
+    if ips.len() < 2 {
+        return;
+    }
+    let api: kube::Api<Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    let Ok(Some(svc)) = api.get_opt("kube-dns").await else {
+        return;
+    };
+    let spec = svc.spec.unwrap_or_default();
+    let have = spec.cluster_ips.unwrap_or_default();
+    if have.len() != 1 || have[0] != ips[0].to_string() {
+        return;
+    }
+    let body = json!({"spec": {
+        "ipFamilyPolicy": "PreferDualStack",
+        "clusterIPs": ips.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+        "ipFamilies": ips.iter().map(|i| if i.is_ipv4() { "IPv4" } else { "IPv6" }).collect::<Vec<_>>(),
+    }});
+    match api
+        .patch(
+            "kube-dns",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&body),
+        )
+        .await
+    {
+        Ok(_) => eprintln!(
+            "ferry up: the kube-dns Service is now dual-stack ({})",
+            ips.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Err(e) => tracing::warn!("making the kube-dns Service dual-stack: {e}"),
     }
 }
 
