@@ -924,7 +924,10 @@ pub fn pod_disruption_budget_status(
     errs.extend(status_counts(
         &Path::new("status"),
         &[
-            ("disruptionsAllowed", i64::from(st.disruptions_allowed.unwrap_or(0))),
+            (
+                "disruptionsAllowed",
+                i64::from(st.disruptions_allowed.unwrap_or(0)),
+            ),
             ("currentHealthy", i64::from(st.current_healthy.unwrap_or(0))),
             ("desiredHealthy", i64::from(st.desired_healthy.unwrap_or(0))),
             ("expectedPods", i64::from(st.expected_pods.unwrap_or(0))),
@@ -1005,7 +1008,11 @@ mod tests {
         let mut v = base.clone();
         v["spec"]["replicas"] = json!(5);
         let n: apps::StatefulSet = from(v.clone());
-        assert!(stateful_set(&n, Some(&ok)).is_empty(), "{:?}", stateful_set(&n, Some(&ok)));
+        assert!(
+            stateful_set(&n, Some(&ok)).is_empty(),
+            "{:?}",
+            stateful_set(&n, Some(&ok))
+        );
         v["spec"]["serviceName"] = json!("other");
         let n: apps::StatefulSet = from(v);
         assert_eq!(
