@@ -328,6 +328,47 @@ impl Drop for LongRunningGuard {
     }
 }
 
+/// The process's API server metrics (upstream keeps them in one global registry too).
+pub fn global() -> &'static Metrics {
+    static METRICS: std::sync::LazyLock<Metrics> = std::sync::LazyLock::new(Metrics::new);
+    &METRICS
+}
+
+/// A response body that keeps a long-running request counted until the body ends.
+pub struct Guarded<B> {
+    inner: B,
+    _guard: LongRunningGuard,
+}
+
+impl<B> Guarded<B> {
+    pub fn new(inner: B, guard: LongRunningGuard) -> Self {
+        Self {
+            inner,
+            _guard: guard,
+        }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Guarded<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,46 +524,5 @@ mod tests {
             "{text}"
         );
         drop(guard);
-    }
-}
-
-/// The process's API server metrics (upstream keeps them in one global registry too).
-pub fn global() -> &'static Metrics {
-    static METRICS: std::sync::LazyLock<Metrics> = std::sync::LazyLock::new(Metrics::new);
-    &METRICS
-}
-
-/// A response body that keeps a long-running request counted until the body ends.
-pub struct Guarded<B> {
-    inner: B,
-    _guard: LongRunningGuard,
-}
-
-impl<B> Guarded<B> {
-    pub fn new(inner: B, guard: LongRunningGuard) -> Self {
-        Self {
-            inner,
-            _guard: guard,
-        }
-    }
-}
-
-impl<B: http_body::Body + Unpin> http_body::Body for Guarded<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
     }
 }
