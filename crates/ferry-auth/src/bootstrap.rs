@@ -420,15 +420,10 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
                 rule(&["create", "delete"], &[""], &["pods"]),
                 rule(&["update", "patch"], &[""], &["pods/status"]),
                 rule(&["create"], &[""], &["pods/eviction"]),
-                rule(READ, &[""], &["configmaps", "secrets"]),
-                rule(
-                    &["get"],
-                    &[""],
-                    &["persistentvolumeclaims", "persistentvolumes"],
-                ),
+                // Secrets, ConfigMaps, PersistentVolumeClaims, PersistentVolumes,
+                // ServiceAccounts and their tokens: only through the Node authorizer
+                // (`ferry_auth::node`), for objects the node's own pods reference.
                 rule(&["get"], &[""], &["endpoints"]),
-                rule(&["create"], &[""], &["serviceaccounts/token"]),
-                rule(&["get"], &[""], &["serviceaccounts"]),
                 rule(READ_WRITE, &["coordination.k8s.io"], &["leases"]),
                 // Ferry's agent also runs the node's service proxy and NetworkPolicy.
                 rule(&["list", "watch"], &[""], &["endpoints", "namespaces"]),
@@ -627,8 +622,10 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
             "system:kube-controller-manager",
             vec![subj("User", CONTROLLERS_USER, None)],
         ),
-        // Upstream leaves this binding without subjects (the Node authorizer serves nodes);
-        // Ferry has no Node authorizer, so the group of node agents is bound here.
+        // Upstream leaves this binding without subjects and has the Node authorizer apply the
+        // role's rules; Ferry binds the group of node agents here instead, and the role holds
+        // no reads of Secrets, ConfigMaps, volumes or ServiceAccounts: those go through the
+        // Node authorizer (`ferry_auth::node`), which runs before RBAC.
         binding(
             "system:node",
             "system:node",

@@ -8,12 +8,14 @@
 //!   user holds, and the privilege-escalation check (`Covers`);
 //! - [`bootstrap`]: the default ClusterRoles and ClusterRoleBindings and ClusterRole aggregation;
 //! - [`jwt`]: ServiceAccount tokens (ES256 JWTs with upstream's claims), minted and verified;
-//! - [`message`]: upstream's forbidden messages.
+//! - [`message`]: upstream's forbidden messages;
+//! - [`node`]: the Node authorizer's graph of pods and the objects they reference.
 
 pub mod attributes;
 pub mod bootstrap;
 pub mod jwt;
 pub mod message;
+pub mod node;
 pub mod rbac;
 pub mod user;
 

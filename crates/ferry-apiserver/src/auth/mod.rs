@@ -4,8 +4,9 @@
 //! - who: the admin bearer token (user `admin` in `system:masters`), client certificates the
 //!   cluster CA signed (CN = user, O = groups), ServiceAccount JWTs this server signed (checked
 //!   against the ServiceAccount and the object they are bound to);
-//! - may they: `system:masters`, then RBAC over the Roles and bindings in the watch cache, with
-//!   upstream's 403 message;
+//! - may they: `system:masters`, then the [`node`] authorizer (node agents read only what their
+//!   pods reference), then RBAC over the Roles and bindings in the watch cache, with upstream's
+//!   403 message;
 //! - [`reviews`]: SelfSubjectAccessReview, SubjectAccessReview, LocalSubjectAccessReview,
 //!   SelfSubjectRulesReview, SelfSubjectReview, TokenReview and the `serviceaccounts/token`
 //!   TokenRequest;
@@ -15,6 +16,7 @@
 pub mod audit;
 pub mod certs;
 pub mod escalation;
+pub mod node;
 pub mod reviews;
 
 use std::path::Path;
@@ -54,6 +56,8 @@ pub struct Auth {
     pub audiences: Vec<String>,
     policy: Mutex<Option<(PolicyKey, Arc<Policy>)>>,
     pub audit: Option<audit::AuditLog>,
+    /// The Node authorizer (before RBAC, as upstream's `--authorization-mode=Node,RBAC`).
+    pub node: node::NodeAuthorizer,
 }
 
 fn write_private(path: &Path, contents: &str) -> Result<()> {
@@ -99,6 +103,7 @@ impl Auth {
             audiences: vec![jwt::DEFAULT_ISSUER.into()],
             policy: Mutex::new(None),
             audit,
+            node: node::NodeAuthorizer::default(),
         })
     }
 
@@ -156,7 +161,28 @@ impl Auth {
                 reason: String::new(),
             };
         }
-        ferry_auth::rbac::decide(&self.policy(api), a)
+        // Node, then RBAC, as upstream's union authorizer: the first to allow wins; the reasons
+        // of those without an opinion are joined for the 403 message.
+        let node = self.node.authorize(api, a);
+        if let Some(d) = &node
+            && d.allowed
+        {
+            return Decision {
+                allowed: true,
+                reason: String::new(),
+            };
+        }
+        let mut rbac = ferry_auth::rbac::decide(&self.policy(api), a);
+        if !rbac.allowed
+            && let Some(d) = node.filter(|d| !d.reason.is_empty())
+        {
+            rbac.reason = if rbac.reason.is_empty() {
+                d.reason
+            } else {
+                format!("{}\n{}", d.reason, rbac.reason)
+            };
+        }
+        rbac
     }
 
     /// Checks a ServiceAccount token: signature, issuer, time, audience (one of `audiences`),
