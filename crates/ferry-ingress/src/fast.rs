@@ -23,8 +23,10 @@ use tokio::net::TcpStream;
 
 use crate::routes::{Target, Upstream, normalize_host};
 
-/// Most headers the fast path parses; more go to the hyper path.
+/// Most request headers the fast path parses; more go to the hyper path.
 const MAX_HEADERS: usize = 64;
+/// Most response headers accepted from a backend (hyper's client takes 100).
+const MAX_RESPONSE_HEADERS: usize = 128;
 
 /// Idle plain backend connections per endpoint.
 pub struct RawPool {
@@ -783,7 +785,7 @@ async fn one(
     let (n, plan) = match tokio::time::timeout(timeout, async {
         loop {
             if !bbuf.is_empty() {
-                let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut hs = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
                 let mut resp = httparse::Response::new(&mut hs);
                 match resp.parse(bbuf) {
                     Ok(httparse::Status::Complete(n)) => {
