@@ -353,7 +353,10 @@ mod tests {
         assert_eq!(
             names(plan(&pods, &set(&[]), 1)),
             vec![
-                ("unsched-deleting".to_string(), Reason::UnscheduledTerminating),
+                (
+                    "unsched-deleting".to_string(),
+                    Reason::UnscheduledTerminating
+                ),
                 ("done-on-gone".to_string(), Reason::Terminated),
                 ("t2".to_string(), Reason::Terminated),
             ]
