@@ -118,7 +118,7 @@ fn ingress_listens_on_every_node() {
             let ok = eventually(30, || {
                 let out = c.exec_net(&["curl", "-sk", "-m", "3", &u]);
                 last = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                names.iter().any(|n| *n == last)
+                names.contains(&last)
             });
             assert!(ok, "{u}: got {last:?}, want one of {names:?}\n{}", c.log());
         }
