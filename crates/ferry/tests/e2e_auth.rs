@@ -623,4 +623,104 @@ fn components_run_with_their_own_identities() {
         "{}",
         err(&o)
     );
+
+    // The Node authorizer: a node agent reads only the Secrets (ConfigMaps, ...) that pods bound
+    // to it reference, one object at a time.
+    let o = f.k_stdin(
+        "kubectl",
+        &["create", "-f", "-"],
+        &format!(
+            r#"{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "mine"}}, "stringData": {{"K": "v"}}}}
+{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "theirs"}}, "stringData": {{"K": "v"}}}}
+{{"apiVersion": "v1", "kind": "Secret", "metadata": {{"name": "nobodys"}}, "stringData": {{"K": "v"}}}}
+{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "uses-mine"}},
+ "spec": {{"nodeName": "{own}", "containers": [{{"name": "c", "image": "registry.k8s.io/serve_hostname",
+   "envFrom": [{{"secretRef": {{"name": "mine"}}}}]}}]}}}}
+{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "uses-theirs"}},
+ "spec": {{"nodeName": "ghost-node", "containers": [{{"name": "c", "image": "busybox",
+   "env": [{{"name": "K", "valueFrom": {{"secretKeyRef": {{"name": "theirs", "key": "K"}}}}}}]}}]}}}}"#
+        ),
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let o = as_component(
+        &node,
+        &["get", "secret", "mine", "-o", "jsonpath={.data.K}"],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "dg==");
+    // A list or watch restricted to that one object, as kubelet's reflectors ask.
+    let o = as_component(
+        &node,
+        &[
+            "get",
+            "secrets",
+            "--field-selector=metadata.name=mine",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(out(&o), "secret/mine", "{}", err(&o));
+    let o = as_component(&node, &["auth", "can-i", "get", "secret/mine"]);
+    assert_eq!(out(&o), "yes");
+    for other in ["theirs", "nobodys"] {
+        let o = as_component(&node, &["get", "secret", other]);
+        let want = format!(
+            "secrets \"{other}\" is forbidden: User \"{node_user}\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\": no relationship found between node '{own}' and this object"
+        );
+        assert!(err(&o).contains(&want), "{other}: {}", err(&o));
+        let o = as_component(&node, &["auth", "can-i", "get", &format!("secret/{other}")]);
+        // kubectl prints the authorizer's reason after the answer, as upstream.
+        assert_eq!(
+            out(&o),
+            format!("no - no relationship found between node '{own}' and this object"),
+            "{other}"
+        );
+    }
+    let o = as_component(&node, &["get", "secrets"]);
+    assert!(
+        err(&o).contains(&format!(
+            "secrets is forbidden: User \"{node_user}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\": No Object name found"
+        )),
+        "{}",
+        err(&o)
+    );
+    let o = as_component(&node, &["get", "secrets", "-A"]);
+    assert!(
+        err(&o).contains(&format!(
+            "secrets is forbidden: User \"{node_user}\" cannot list resource \"secrets\" in API group \"\" at the cluster scope: can only read namespaced object of this type"
+        )),
+        "{}",
+        err(&o)
+    );
+    // The agent itself read the Secret under this authorizer: the pod runs.
+    assert!(
+        eventually(90, || {
+            let o = f.kubectl(&["get", "pod", "uses-mine", "-o", "jsonpath={.status.phase}"]);
+            out(&o) == "Running"
+        }),
+        "uses-mine never ran\n{}",
+        f.log()
+    );
+    // Tokens only for the ServiceAccounts of its pods (the agent's own token requests for
+    // `default` are checked by the pods above running with their projected tokens).
+    let o = as_component(&node, &["create", "token", "robot"]);
+    assert!(
+        err(&o).contains(&format!(
+            "serviceaccounts \"robot\" is forbidden: User \"{node_user}\" cannot create resource \"serviceaccounts/token\" in API group \"\" in the namespace \"default\": no relationship found between node '{own}' and this object"
+        )),
+        "{}",
+        err(&o)
+    );
+    // The pod going away revokes the access.
+    f.k(
+        "kubectl",
+        &["delete", "pod", "uses-mine", "--grace-period=0", "--force"],
+    );
+    assert!(
+        eventually(60, || {
+            let o = as_component(&node, &["get", "secret", "mine"]);
+            err(&o).contains("no relationship found between node")
+        }),
+        "the node still reads a Secret of a deleted pod"
+    );
 }
