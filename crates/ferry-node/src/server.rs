@@ -1117,7 +1117,7 @@ async fn run_exec<S>(
         _ = client_gone.cancelled() => { let _ = child.kill().await; None }
     };
     while pumps.join_next().await.is_some() {}
-    reader.abort();
+    let mut reader = reader;
     if !client_gone.is_cancelled() {
         let _ = otx
             .send(send_status(exit_status(&command, code, None)))
@@ -1126,6 +1126,14 @@ async fn run_exec<S>(
     }
     drop(otx);
     let _ = writer.await;
+    // Wait for the client's close reply before the connection is dropped: dropping it first
+    // can reset it, and the status still on its way through the API server would be lost.
+    if tokio::time::timeout(Duration::from_secs(5), &mut reader)
+        .await
+        .is_err()
+    {
+        reader.abort();
+    }
 }
 
 /// How long a client may take to complete the TLS handshake.

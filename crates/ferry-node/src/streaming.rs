@@ -646,7 +646,7 @@ pub async fn serve_ws_attach<S>(
     let _ = sink.send(Message::Binary(Bytes::from(status))).await;
     let _ = sink.send(crate::server::normal_close()).await;
     let _ = sink.close().await;
-    reader.abort();
+    close_after_reply(reader).await;
 }
 
 /// WebSocket exec with a terminal (`tty=true`): channel 0 keystrokes, 1 the terminal's
@@ -713,7 +713,19 @@ pub async fn run_ws_exec_tty<S>(
     let _ = sink.send(Message::Binary(Bytes::from(m))).await;
     let _ = sink.send(crate::server::normal_close()).await;
     let _ = sink.close().await;
-    reader.abort();
+    close_after_reply(reader).await;
+}
+
+/// Waits (a while) for the WebSocket client's close reply, read by `reader`, before the
+/// connection is dropped: dropping it first can reset it, and what is still on its way to
+/// the client through the API server (the final status) would be lost.
+async fn close_after_reply(mut reader: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(Duration::from_secs(5), &mut reader)
+        .await
+        .is_err()
+    {
+        reader.abort();
+    }
 }
 
 /// Serves one SPDY port-forward session: pairs each data stream with its error stream and
