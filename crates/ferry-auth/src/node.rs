@@ -496,7 +496,16 @@ mod tests {
         g.set_pvc("ns", "data", Some(&json!({"spec": {"volumeName": "pv-1"}})));
         let no_rel = "no relationship found between node 'n2' and this object";
         // (node, verb, ns, resource, subresource, name) -> Some(allowed) / None (RBAC decides).
-        let table: Vec<(&str, &str, &str, &str, &str, &str, Option<bool>)> = vec![
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            &'a str,
+            &'a str,
+            &'a str,
+            &'a str,
+            Option<bool>,
+        );
+        let table: Vec<Row> = vec![
             ("n1", "get", "ns", "secrets", "", "tls", Some(true)),
             ("n1", "list", "ns", "secrets", "", "tls", Some(true)),
             ("n1", "watch", "ns", "configmaps", "", "conf", Some(true)),
