@@ -258,6 +258,190 @@ pub fn labels_of(meta: &ObjectMeta) -> BTreeMap<String, String> {
     meta.labels.clone().unwrap_or_default()
 }
 
+// ---- claiming (upstream's `ControllerRefManager.ClaimPods`) ----
+
+/// The controller claiming objects: its kind and metadata, and the finalizer it adds to the
+/// objects it adopts and removes from those it releases (the Job's tracking finalizer).
+#[derive(Debug, Clone, Copy)]
+pub struct Claimer<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub meta: &'a ObjectMeta,
+    pub finalizer: Option<&'a str>,
+}
+
+/// The result of a claim: the objects owned once `writes` (adoptions and releases) are done,
+/// adopted ones shown with the owner's reference (and finalizer) already in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan<T> {
+    pub owned: Vec<T>,
+    pub writes: Vec<Write>,
+}
+
+/// Plans the claim of `candidates` (the namespace's objects) by `owner`, with upstream's rules
+/// ([`crate::lifecycle::workload_core::claim`]): ours and matching → owned; ours and no longer
+/// matching → released; a matching orphan → adopted (neither side being deleted); another
+/// controller's → untouched. `matches` is the selector plus any extra filter of the owner.
+/// The patches carry the object's uid and resourceVersion as preconditions.
+pub fn plan_claim<T>(
+    owner: &Claimer<'_>,
+    res: Res,
+    candidates: &[&T],
+    matches: impl Fn(&T) -> bool,
+) -> ClaimPlan<T>
+where
+    T: kube::Resource + Clone,
+{
+    use crate::lifecycle::workload_core::{Candidate, Claim, claim};
+    let owner_uid = owner.meta.uid.clone().unwrap_or_default();
+    let owner_deleting = is_deleting(owner.meta);
+    let ns = owner.meta.namespace.clone().unwrap_or_default();
+    let mut out = ClaimPlan {
+        owned: Vec::new(),
+        writes: Vec::new(),
+    };
+    for c in candidates {
+        let meta = c.meta();
+        if meta.namespace != owner.meta.namespace {
+            continue;
+        }
+        let view = Candidate {
+            controller_uid: crate::runtime::keys::controller_ref(meta).map(|r| r.uid.clone()),
+            matches: matches(c),
+            deleting: is_deleting(meta),
+        };
+        let name = meta.name.clone().unwrap_or_default();
+        match claim(&owner_uid, owner_deleting, &view) {
+            Claim::Owned => out.owned.push((*c).clone()),
+            Claim::Adopt => {
+                let mut refs = meta.owner_references.clone().unwrap_or_default();
+                refs.push(controller_ref(owner.api_version, owner.kind, owner.meta));
+                let mut fins = meta.finalizers.clone().unwrap_or_default();
+                if let Some(f) = owner.finalizer
+                    && !fins.iter().any(|x| x == f)
+                {
+                    fins.push(f.to_string());
+                }
+                let mut patch = json!({"metadata": {
+                    "ownerReferences": refs,
+                    "uid": meta.uid,
+                    "resourceVersion": meta.resource_version,
+                }});
+                if owner.finalizer.is_some() {
+                    patch["metadata"]["finalizers"] = json!(fins);
+                }
+                let mut adopted = (*c).clone();
+                adopted.meta_mut().owner_references = Some(refs);
+                if owner.finalizer.is_some() {
+                    adopted.meta_mut().finalizers = Some(fins);
+                }
+                out.owned.push(adopted);
+                out.writes.push(Write::patch(res, &ns, &name, patch));
+            }
+            Claim::Release => {
+                let keep: Vec<OwnerReference> = meta
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .filter(|r| r.uid != owner_uid)
+                    .cloned()
+                    .collect();
+                let mut patch = json!({"metadata": {
+                    "ownerReferences": if keep.is_empty() { Value::Null } else { json!(keep) },
+                    "uid": meta.uid,
+                    "resourceVersion": meta.resource_version,
+                }});
+                if let Some(f) = owner.finalizer {
+                    let fins: Vec<&String> = meta
+                        .finalizers
+                        .iter()
+                        .flatten()
+                        .filter(|x| *x != f)
+                        .collect();
+                    if fins.len() != meta.finalizers.as_ref().map_or(0, Vec::len) {
+                        patch["metadata"]["finalizers"] = if fins.is_empty() {
+                            Value::Null
+                        } else {
+                            json!(fins)
+                        };
+                    }
+                }
+                out.writes.push(Write::patch(res, &ns, &name, patch));
+            }
+            Claim::Ignore => {}
+        }
+    }
+    out
+}
+
+/// Whether any write of a claim adopts (so the owner must be rechecked first).
+pub fn adopts(w: &Write, owner_uid: &str) -> bool {
+    matches!(&w.op, Op::Patch { patch, .. } if patch
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| refs.iter().any(|r| r["uid"] == owner_uid)))
+}
+
+/// Upstream's `RecheckDeletionTimestamp`: before adopting, read the owner afresh from the API
+/// server (not the cache) and refuse if it is gone, replaced (another uid) or being deleted.
+pub async fn can_adopt(
+    client: &kube::Client,
+    res: Res,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &res.api_resource());
+    Ok(match api.get_opt(name).await? {
+        Some(o) => {
+            o.metadata.uid.as_deref() == Some(uid) && o.metadata.deletion_timestamp.is_none()
+        }
+        None => false,
+    })
+}
+
+/// Executes a claim's writes for the owner `(owner_res, ns, name, uid)`: adoptions only after
+/// [`can_adopt`]; any failure fails the sync (upstream returns the claim error and retries).
+/// Returns whether the adoptions were made (false: they were refused and the caller must not
+/// count the adopted objects).
+pub async fn exec_claim(
+    client: &kube::Client,
+    owner_res: Res,
+    owner: &ObjectMeta,
+    writes: Vec<Write>,
+) -> Result<bool, kube::Error> {
+    let ns = owner.namespace.clone().unwrap_or_default();
+    let name = owner.name.clone().unwrap_or_default();
+    let uid = owner.uid.clone().unwrap_or_default();
+    let (adopt, release): (Vec<Write>, Vec<Write>) =
+        writes.into_iter().partition(|w| adopts(w, &uid));
+    let mut adopted = true;
+    if !adopt.is_empty() && !can_adopt(client, owner_res, &ns, &name, &uid).await? {
+        adopted = false;
+    }
+    let todo: Vec<Write> = if adopted {
+        release.into_iter().chain(adopt).collect()
+    } else {
+        release
+    };
+    crate::runtime::execute_all(todo, |w| exec(client, w))
+        .await
+        .map_err(|e| e.first)?;
+    Ok(adopted)
+}
+
+/// Whether a label selector selects `labels` (an empty or invalid selector selects nothing, as
+/// upstream's controllers treat them).
+pub fn selects(
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    match ferry_api::selectors::from_label_selector(sel) {
+        Ok(s) => !s.is_empty() && s.matches(labels),
+        Err(_) => false,
+    }
+}
+
 // ---- revisions ----
 
 /// FNV-1a 32-bit, as upstream's `ComputeHash` uses, rendered with the safe alphabet of

@@ -434,6 +434,20 @@ pub fn plan(
     out
 }
 
+/// Upstream's `ControllerRefManager.ClaimPods` for a DaemonSet: the namespace's pods its selector
+/// matches are adopted (with the tracking finalizer), owned pods it no longer matches are released.
+pub fn claim(ds: &DaemonSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+    let owner = common::Claimer {
+        api_version: "apps/v1",
+        kind: "DaemonSet",
+        meta: &ds.metadata,
+        finalizer: None,
+    };
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+        common::selects(&ds.spec.selector, p.labels())
+    })
+}
+
 // ---- the reconciler ----
 
 pub struct DaemonSetController {
@@ -457,11 +471,16 @@ impl Reconciler for DaemonSetController {
         };
         let uid = ds.uid().unwrap_or_default();
         let all = self.pods.state();
-        let pods: Vec<&Pod> = all
+        let candidates: Vec<&Pod> = all
             .iter()
             .map(|p| p.as_ref())
-            .filter(|p| p.namespace() == ds.namespace() && controlled_by(&p.metadata, &uid))
+            .filter(|p| p.namespace() == ds.namespace())
             .collect();
+        let claimed = claim(&ds, &candidates);
+        if !common::exec_claim(&self.client, Res::DaemonSets, &ds.metadata, claimed.writes).await? {
+            return Ok(Action::RequeueAfter(Duration::from_secs(1)));
+        }
+        let pods: Vec<&Pod> = claimed.owned.iter().collect();
         let revs = self.revisions.state();
         let revisions: Vec<&ControllerRevision> = revs
             .iter()
@@ -515,15 +534,22 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let q = queue.clone();
+    let (q, owners) = (queue.clone(), sets.clone());
     let pods = runtime::reflect(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default(),
         stop.clone(),
         move |ch| {
             for o in ch.objects() {
-                if let Some(k) = keys::controller_key::<DaemonSet>(&o.metadata) {
-                    q.add(k);
+                match keys::controller_ref(&o.metadata) {
+                    Some(_) => q.extend(keys::controller_key::<DaemonSet>(&o.metadata)),
+                    // An orphan: the owners that may adopt it.
+                    None => q.extend(keys::selecting(
+                        &owners,
+                        o.metadata.namespace.as_deref().unwrap_or(""),
+                        o.labels(),
+                        |s: &DaemonSet, l| common::selects(&s.spec.selector, l),
+                    )),
                 }
             }
         },

@@ -20,8 +20,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::common::{
-    self, Done, Expectations, Res, Write, controlled_by, is_active, is_deleting, is_ready,
-    is_terminal, rfc3339,
+    self, Done, Expectations, Res, Write, is_active, is_deleting, is_ready, is_terminal, rfc3339,
 };
 use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue, keys};
 use ferry_api::workloads::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER};
@@ -586,6 +585,23 @@ fn normalise(v: Option<&Value>) -> Value {
     }
 }
 
+/// Upstream's `ControllerRefManager.ClaimPods` for a Job: the namespace's pods its selector
+/// matches are adopted (with the tracking finalizer), owned pods it no longer matches are released.
+pub fn claim(job: &Job, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+    let owner = common::Claimer {
+        api_version: "batch/v1",
+        kind: "Job",
+        meta: &job.metadata,
+        finalizer: Some(JOB_TRACKING_FINALIZER),
+    };
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+        job.spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_some_and(|sel| common::selects(sel, p.labels()))
+    })
+}
+
 // ---- the reconciler ----
 
 pub struct JobController {
@@ -630,11 +646,16 @@ impl Reconciler for JobController {
         };
         let uid = job.uid().unwrap_or_default();
         let all = self.pods.state();
-        let pods: Vec<&Pod> = all
+        let candidates: Vec<&Pod> = all
             .iter()
             .map(|p| p.as_ref())
-            .filter(|p| p.namespace() == job.namespace() && controlled_by(&p.metadata, &uid))
+            .filter(|p| p.namespace() == job.namespace())
             .collect();
+        let claimed = claim(&job, &candidates);
+        if !common::exec_claim(&self.client, Res::Jobs, &job.metadata, claimed.writes).await? {
+            return Ok(Action::RequeueAfter(Duration::from_secs(1)));
+        }
+        let pods: Vec<&Pod> = claimed.owned.iter().collect();
         let present: HashSet<String> = pods.iter().map(|p| p.name_any()).collect();
         if !self.expect.satisfied(&uid, &present) {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
@@ -680,15 +701,27 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let q = queue.clone();
+    let (q, owners) = (queue.clone(), jobs.clone());
     let pods = runtime::reflect(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default(),
         stop.clone(),
         move |ch| {
             for o in ch.objects() {
-                if let Some(k) = keys::controller_key::<Job>(&o.metadata) {
-                    q.add(k);
+                match keys::controller_ref(&o.metadata) {
+                    Some(_) => q.extend(keys::controller_key::<Job>(&o.metadata)),
+                    // An orphan: the owners that may adopt it.
+                    None => q.extend(keys::selecting(
+                        &owners,
+                        o.metadata.namespace.as_deref().unwrap_or(""),
+                        o.labels(),
+                        |s: &Job, l| {
+                            s.spec
+                                .as_ref()
+                                .and_then(|x| x.selector.as_ref())
+                                .is_some_and(|sel| common::selects(sel, l))
+                        },
+                    )),
                 }
             }
         },

@@ -358,6 +358,28 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod], revisions: &[&ControllerRevision],
     out
 }
 
+/// Whether `pod` is a member of the set by name (`<set>-<ordinal>`, upstream's `isMemberOf`).
+fn is_member(set: &str, pod: &str) -> bool {
+    pod.strip_prefix(set)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Upstream's `getPodsForStatefulSet`: the set claims the namespace's pods its selector
+/// matches and whose name makes them members (`<set>-<ordinal>`); it releases the others.
+pub fn claim(sts: &StatefulSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+    let owner = common::Claimer {
+        api_version: "apps/v1",
+        kind: "StatefulSet",
+        meta: &sts.metadata,
+        finalizer: None,
+    };
+    let set = sts.name_any();
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+        common::selects(&sts.spec.selector, p.labels()) && is_member(&set, &p.name_any())
+    })
+}
+
 // ---- the reconciler ----
 
 pub struct StatefulSetController {
@@ -380,11 +402,23 @@ impl Reconciler for StatefulSetController {
         };
         let uid = sts.uid().unwrap_or_default();
         let all = self.pods.state();
-        let pods: Vec<&Pod> = all
+        let candidates: Vec<&Pod> = all
             .iter()
             .map(|p| p.as_ref())
-            .filter(|p| p.namespace() == sts.namespace() && controlled_by(&p.metadata, &uid))
+            .filter(|p| p.namespace() == sts.namespace())
             .collect();
+        let claimed = claim(&sts, &candidates);
+        if !common::exec_claim(
+            &self.client,
+            Res::StatefulSets,
+            &sts.metadata,
+            claimed.writes,
+        )
+        .await?
+        {
+            return Ok(Action::RequeueAfter(Duration::from_secs(1)));
+        }
+        let pods: Vec<&Pod> = claimed.owned.iter().collect();
         let revs = self.revisions.state();
         let revisions: Vec<&ControllerRevision> = revs
             .iter()
@@ -433,15 +467,22 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let q = queue.clone();
+    let (q, owners) = (queue.clone(), sets.clone());
     let pods = runtime::reflect(
         Api::<Pod>::all(client.clone()),
         watcher::Config::default(),
         stop.clone(),
         move |ch| {
             for o in ch.objects() {
-                if let Some(k) = keys::controller_key::<StatefulSet>(&o.metadata) {
-                    q.add(k);
+                match keys::controller_ref(&o.metadata) {
+                    Some(_) => q.extend(keys::controller_key::<StatefulSet>(&o.metadata)),
+                    // An orphan: the sets that may adopt it.
+                    None => q.extend(keys::selecting(
+                        &owners,
+                        o.metadata.namespace.as_deref().unwrap_or(""),
+                        o.labels(),
+                        |s: &StatefulSet, l| common::selects(&s.spec.selector, l),
+                    )),
                 }
             }
         },
