@@ -374,6 +374,37 @@ where
     out
 }
 
+/// For tests: each candidate's fate in `plan`, as `name=owned|adopt|release|-`.
+#[cfg(test)]
+pub fn claim_outcomes<T: kube::Resource>(
+    plan: &ClaimPlan<T>,
+    names: &[&str],
+    owner_uid: &str,
+) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| {
+            let w = plan
+                .writes
+                .iter()
+                .find(|w| matches!(&w.op, Op::Patch { name, .. } if name == n));
+            let what = match w {
+                Some(w) if adopts(w, owner_uid) => "adopt",
+                Some(_) => "release",
+                None if plan
+                    .owned
+                    .iter()
+                    .any(|o| o.meta().name.as_deref() == Some(n)) =>
+                {
+                    "owned"
+                }
+                None => "-",
+            };
+            format!("{n}={what}")
+        })
+        .collect()
+}
+
 /// Whether any write of a claim adopts (so the owner must be rechecked first).
 pub fn adopts(w: &Write, owner_uid: &str) -> bool {
     matches!(&w.op, Op::Patch { patch, .. } if patch

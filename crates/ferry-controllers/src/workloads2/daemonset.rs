@@ -807,4 +807,24 @@ mod tests {
         let od = ds(json!({"updateStrategy": {"type": "OnDelete"}}));
         assert!(summary(&plan(&od, &nr, &pr, &[], NOW)).is_empty());
     }
+
+    #[test]
+    fn claims_orphans_on_any_node() {
+        let d = ds(json!({}));
+        let uid = d.metadata.uid.clone().unwrap();
+        let mine = pod("agent-a", "n1", "h", true);
+        let mut orphan = mine.clone();
+        orphan.metadata.name = Some("agent-b".into());
+        orphan.metadata.owner_references = None;
+        let mut other = orphan.clone();
+        other.metadata.name = Some("other".into());
+        other.metadata.labels = Some([("app".to_string(), "x".to_string())].into());
+        let pods = [&mine, &orphan, &other];
+        let plan = claim(&d, &pods);
+        assert_eq!(
+            common::claim_outcomes(&plan, &["agent-a", "agent-b", "other"], &uid),
+            ["agent-a=owned", "agent-b=adopt", "other=-"]
+        );
+        assert!(plan.writes.iter().all(|w| w.res == Res::Pods));
+    }
 }

@@ -978,4 +978,63 @@ mod tests {
             }
         ));
     }
+
+    #[test]
+    fn claims_with_the_tracking_finalizer() {
+        let j = job(
+            json!({"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "ju"}}}),
+            json!({}),
+        );
+        let lab = json!({"batch.kubernetes.io/controller-uid": "ju"});
+        let mk = |name: &str, labels: Value, owned: bool, phase: &str| {
+            let mut p = serde_json::to_value(pod(name, phase, None, owned)).unwrap();
+            p["metadata"]["labels"] = labels;
+            if !owned {
+                p["metadata"]["ownerReferences"] = Value::Null;
+            }
+            serde_json::from_value::<Pod>(p).unwrap()
+        };
+        let pods = [
+            mk("a", lab.clone(), true, "Running"),
+            mk("b", lab.clone(), false, "Running"),
+            mk("c", json!({"x": "y"}), true, "Running"),
+            mk("d", lab.clone(), false, "Succeeded"),
+            mk("e", json!({"x": "y"}), false, "Running"),
+        ];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let plan = claim(&j, &refs);
+        assert_eq!(
+            common::claim_outcomes(&plan, &["a", "b", "c", "d", "e"], "ju"),
+            ["a=owned", "b=adopt", "c=release", "d=adopt", "e=-"]
+        );
+        let patch_of = |n: &str| {
+            plan.writes
+                .iter()
+                .find_map(|w| match &w.op {
+                    common::Op::Patch { name, patch, .. } if name == n => Some(patch.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        // Adoption adds the tracking finalizer; release removes it with the reference.
+        assert_eq!(
+            patch_of("b")["metadata"]["finalizers"],
+            json!([JOB_TRACKING_FINALIZER])
+        );
+        assert_eq!(patch_of("c")["metadata"]["finalizers"], Value::Null);
+        assert_eq!(patch_of("c")["metadata"]["ownerReferences"], Value::Null);
+        assert!(
+            plan.owned
+                .iter()
+                .filter(|p| p.name_any() == "b")
+                .all(has_finalizer)
+        );
+        // A Job without a selector claims nothing new.
+        let bare = job(json!({}), json!({}));
+        let plan = claim(&bare, &refs);
+        assert_eq!(
+            common::claim_outcomes(&plan, &["a", "b"], "ju"),
+            ["a=release", "b=-"]
+        );
+    }
 }

@@ -731,4 +731,94 @@ mod tests {
         assert_eq!(ordinal_of("web", "web-12"), Some(12));
         assert_eq!(ordinal_of("web", "webx-1"), None);
     }
+
+    fn claim_pod(name: &str, labels: Value, owner: Option<&str>, deleting: bool) -> Pod {
+        let mut p = json!({"metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}"),
+            "resourceVersion": "7", "labels": labels}});
+        if let Some(o) = owner {
+            p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "name": "x", "uid": o, "controller": true}]);
+        }
+        if deleting {
+            p["metadata"]["deletionTimestamp"] = json!("2027-01-01T00:00:00Z");
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    #[test]
+    fn claims_adopt_orphan_members_and_release_non_matching() {
+        let set = sts(json!({}));
+        let app = json!({"app": "web"});
+        let pods = [
+            claim_pod("web-0", app.clone(), Some("su"), false), // ours, matching
+            claim_pod("web-1", app.clone(), None, false),       // orphan member
+            claim_pod("web-2", json!({"app": "other"}), Some("su"), false), // ours, relabelled
+            claim_pod("web-3", app.clone(), Some("other-uid"), false), // someone else's
+            claim_pod("web-4", app.clone(), None, true),        // orphan being deleted
+            claim_pod("db-0", app.clone(), None, false),        // not a member by name
+            claim_pod("web-x", app.clone(), None, false),       // no ordinal
+            claim_pod("web-5", app.clone(), Some("su"), true),  // ours, deleting, matching
+        ];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let names: Vec<&str> = [
+            "web-0", "web-1", "web-2", "web-3", "web-4", "db-0", "web-x", "web-5",
+        ]
+        .into();
+        let plan = claim(&set, &refs);
+        assert_eq!(
+            common::claim_outcomes(&plan, &names, "su"),
+            [
+                "web-0=owned",
+                "web-1=adopt",
+                "web-2=release",
+                "web-3=-",
+                "web-4=-",
+                "db-0=-",
+                "web-x=-",
+                "web-5=owned"
+            ]
+        );
+        // The adoption: our controller reference appended, with uid and resourceVersion
+        // preconditions; the adopted pod is counted as owned.
+        let adopt = plan
+            .writes
+            .iter()
+            .find_map(|w| match &w.op {
+                common::Op::Patch { name, patch, .. } if name == "web-1" => Some(patch.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(adopt["metadata"]["ownerReferences"][0]["uid"], json!("su"));
+        assert_eq!(
+            adopt["metadata"]["ownerReferences"][0]["controller"],
+            json!(true)
+        );
+        assert_eq!(adopt["metadata"]["uid"], json!("u-web-1"));
+        assert_eq!(adopt["metadata"]["resourceVersion"], json!("7"));
+        assert!(
+            plan.owned
+                .iter()
+                .any(|p| p.name_any() == "web-1" && controlled_by(&p.metadata, "su"))
+        );
+        assert!(!plan.owned.iter().any(|p| p.name_any() == "web-2"));
+        let release = plan
+            .writes
+            .iter()
+            .find_map(|w| match &w.op {
+                common::Op::Patch { name, patch, .. } if name == "web-2" => Some(patch.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(release["metadata"]["ownerReferences"], Value::Null);
+
+        // A set being deleted neither adopts nor releases.
+        let mut dying = sts(json!({}));
+        dying.metadata.deletion_timestamp = pods[4].metadata.deletion_timestamp.clone();
+        let plan = claim(&dying, &refs);
+        assert!(plan.writes.is_empty());
+        assert_eq!(
+            common::claim_outcomes(&plan, &names[..3], "su"),
+            ["web-0=owned", "web-1=-", "web-2=-"]
+        );
+    }
 }
