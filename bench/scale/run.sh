@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Scale benchmark (issue 19): 10,000 Services (1,000 headless with EndpointSlices) and 150,000
+# Pods with pod IPs loaded through the API of a real `ferry apiserver` (plain HTTP on loopback),
+# then: API server RSS after the load and after a restart, the time a plain kube-rs client needs
+# to list+watch everything (pages of 500), and start-to-ready time + RSS of `ferry dns`,
+# `ferry proxy` (nftables --dry-run: list, render, exit) and `ferry controllers`.
+# Each figure is printed against the issue's goal. Loopback only; nothing leaves the machine.
+#
+# Env: FERRY_BIN (default target/release/ferry, built if missing; PROFILE=debug for the debug
+#      build), SERVICES (10000), HEADLESS (1000), PODS (150000), NAMESPACES (100), CLIENTS (8),
+#      PORT (16480), DATA (reuse an already loaded data dir: skip the load; kept afterwards),
+#      SKIP_BUILD=1 with FERRY_BIN/SYNC_BIN to run given binaries (e.g. a before/after pair).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+PROFILE="${PROFILE:-release}"
+SERVICES="${SERVICES:-10000}"; HEADLESS="${HEADLESS:-1000}"; PODS="${PODS:-150000}"
+NAMESPACES="${NAMESPACES:-100}"; CLIENTS="${CLIENTS:-8}"; PORT="${PORT:-16480}"
+DNS_PORT=$((PORT + 1)); DNS_METRICS=$((PORT + 2)); PROXY_HEALTH=$((PORT + 3))
+
+flag=(); [ "$PROFILE" = release ] && flag=(--release)
+echo "== building ($PROFILE)"
+[ -n "${SKIP_BUILD:-}" ] || (cd "$ROOT" && cargo build "${flag[@]}" -q -p ferry --bin ferry && cargo build "${flag[@]}" -q -p ferry-dns --example scale_sync)
+BIN="${FERRY_BIN:-$ROOT/target/$PROFILE/ferry}"
+SYNC="${SYNC_BIN:-$ROOT/target/$PROFILE/examples/scale_sync}"
+
+WORK="$(mktemp -d /tmp/ferry-scale-bench.XXXXXX)"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [ -n "${DATA:-}" ]; then D="$DATA"; LOADED=1; else D="$WORK/data"; LOADED=0; fi
+export KUBECONFIG="$D/kubeconfig"
+URL="http://127.0.0.1:$PORT"
+
+rss_mib() { awk '/^VmRSS:/ {printf "%.0f", $2/1024}' "/proc/$1/status"; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
+goal() { awk -v v="$2" -v g="$3" -v n="$1" -v u="$4" 'BEGIN {printf "   %-44s %10.2f %-4s goal <= %-6s %s\n", n, v, u, g, (v <= g ? "OK" : "MISSED x" sprintf("%.1f", v / g))}'; }
+
+start_api() {
+  "$BIN" apiserver --data-dir "$D" --listen-api "127.0.0.1:$PORT" --plain-http >>"$WORK/api.log" 2>&1 &
+  API=$!; PIDS+=("$API")
+  local t0; t0=$(now)
+  until grep -q "API server ready" "$WORK/api.log" 2>/dev/null && [ -f "$KUBECONFIG" ]; do
+    kill -0 "$API" || { cat "$WORK/api.log"; exit 1; }; sleep 0.2
+  done
+  API_START=$(secs "$t0" "$(now)")
+}
+stop() { kill "$1"; wait "$1" 2>/dev/null || true; }
+
+: >"$WORK/api.log"
+start_api
+TOKEN=$(awk '/token:/ {print $2; exit}' "$KUBECONFIG")
+if [ "$LOADED" = 0 ]; then
+  echo "== loading $SERVICES Services ($HEADLESS headless + EndpointSlices), $PODS Pods, $CLIENTS clients"
+  nice -n 10 python3 "$ROOT/bench/scale/load.py" "$URL" "$TOKEN" --namespaces "$NAMESPACES" \
+    --services "$SERVICES" --headless "$HEADLESS" --pods "$PODS" --clients "$CLIENTS" | sed 's/^/   /'
+fi
+OBJECTS=$((SERVICES + HEADLESS + PODS + 2 * NAMESPACES))
+RSS_LOADED=$(rss_mib "$API")
+echo "== API server ($OBJECTS objects): RSS after load ${RSS_LOADED} MiB, store $(du -m "$D/store.redb" | cut -f1) MB"
+stop "$API"
+: >"$WORK/api.log"
+start_api
+sleep 2
+RSS_RESTART=$(rss_mib "$API")
+echo "== API server restart: ready in ${API_START} s, RSS ${RSS_RESTART} MiB"
+
+echo "== kube-rs client: list+watch pods, services, endpointslices (pages of 500)"
+t0=$(now); "$SYNC" | sed 's/^/   /'; KUBE_SYNC=$(secs "$t0" "$(now)")
+RSS_AFTER_CLIENT=$(rss_mib "$API")
+
+echo "== ferry dns --pods verified"
+t0=$(now)
+"$BIN" dns --kubeconfig "$KUBECONFIG" --listen "127.0.0.1:$DNS_PORT" --metrics-listen "127.0.0.1:$DNS_METRICS" \
+  --pods verified --upstream 127.0.0.1:9 --udp-workers 1 >"$WORK/dns.log" 2>&1 &
+DNS=$!; PIDS+=("$DNS")
+until curl -sf "http://127.0.0.1:$DNS_METRICS/readyz" >/dev/null; do
+  kill -0 "$DNS" || { cat "$WORK/dns.log"; exit 1; }; sleep 0.1
+done
+DNS_READY=$(secs "$t0" "$(now)"); sleep 1; DNS_RSS=$(rss_mib "$DNS"); stop "$DNS"
+echo "   ready in ${DNS_READY} s, RSS ${DNS_RSS} MiB"
+
+echo "== ferry proxy --proxy-mode nftables --dry-run (list everything, render the ruleset, exit)"
+t0=$(now)
+/usr/bin/time -f "%M" -o "$WORK/proxy.time" "$BIN" proxy --kubeconfig "$KUBECONFIG" --node-name bench-node \
+  --proxy-mode nftables --dry-run --healthz-bind-address "" >"$WORK/rules.nft" 2>"$WORK/proxy.log"
+PROXY_READY=$(secs "$t0" "$(now)"); PROXY_RSS=$(awk '{printf "%.0f", $1/1024}' "$WORK/proxy.time")
+echo "   done in ${PROXY_READY} s, peak RSS ${PROXY_RSS} MiB, $(wc -l <"$WORK/rules.nft") ruleset lines"
+
+echo "== ferry controllers (until \"service controllers synced\")"
+t0=$(now)
+RUST_LOG=info "$BIN" controllers --kubeconfig "$KUBECONFIG" --leader-elect=false >"$WORK/ctl.log" 2>&1 &
+CTL=$!; PIDS+=("$CTL")
+until grep -q "service controllers synced" "$WORK/ctl.log"; do
+  kill -0 "$CTL" || { cat "$WORK/ctl.log"; exit 1; }; sleep 0.1
+done
+CTL_READY=$(secs "$t0" "$(now)"); sleep 1; CTL_RSS=$(rss_mib "$CTL"); stop "$CTL"
+echo "   synced in ${CTL_READY} s, RSS ${CTL_RSS} MiB"
+
+echo
+echo "== against the issue's goals ($PROFILE build of $(cd "$ROOT" && git rev-parse --short HEAD))"
+goal "API server KiB per object, after load" "$(awk -v r="$RSS_LOADED" -v n="$OBJECTS" 'BEGIN {print r * 1024 / n}')" 2 KiB
+goal "API server KiB per object, after restart" "$(awk -v r="$RSS_RESTART" -v n="$OBJECTS" 'BEGIN {print r * 1024 / n}')" 2 KiB
+goal "API server RSS after restart" "$RSS_RESTART" 400 MiB
+goal "kube-rs client list+watch" "$KUBE_SYNC" 5 s
+goal "ferry dns start to ready" "$DNS_READY" 5 s
+goal "ferry dns RSS" "$DNS_RSS" 70 MiB
+goal "ferry proxy (nftables dry-run) start to done" "$PROXY_READY" 5 s
+goal "ferry controllers start to synced" "$CTL_READY" 5 s
+echo "   (API server RSS after the kube-rs client's list: ${RSS_AFTER_CLIENT} MiB; proxy peak RSS ${PROXY_RSS} MiB; controllers RSS ${CTL_RSS} MiB)"
