@@ -612,3 +612,152 @@ fn daemonset_on_three_nodes() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(eventually(60, || pods_on_nodes().is_empty()));
 }
+
+const ADOPT: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: ss}
+spec:
+  serviceName: ss
+  replicas: 1
+  selector: {matchLabels: {app: ss}}
+  template:
+    metadata: {labels: {app: ss}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: sleeper}
+spec:
+  parallelism: 1
+  completions: 1
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#;
+
+/// The uids of a pod's controller references (empty when orphaned).
+fn controller_uids(pod: &serde_json::Value) -> Vec<String> {
+    pod["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["controller"] == true)
+        .filter_map(|r| r["uid"].as_str().map(String::from))
+        .collect()
+}
+
+/// Upstream's "should adopt matching orphans and release non-matching pods" for a StatefulSet
+/// and a Job: an orphaned pod the selector matches is adopted back, a relabelled one is
+/// released (and the Job replaces it).
+#[test]
+fn statefulset_and_job_adopt_orphans_and_release_non_matching() {
+    let f = Ferry::start();
+    let o = f.k_stdin("kubectl", &["apply", "-f", "-"], ADOPT);
+    assert!(o.status.success(), "{}", text(&o));
+    let uid_of = |kind: &str, name: &str| {
+        get_json(&f, &["get", kind, name, "-o", "json"])["metadata"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let ss = uid_of("statefulset", "ss");
+    let job = uid_of("job", "sleeper");
+    let pod = |name: &str| get_json(&f, &["get", "pod", name, "-o", "json"]);
+    assert!(
+        eventually(90, || controller_uids(&pod("ss-0")) == [ss.clone()]),
+        "{}",
+        f.log()
+    );
+    // Orphan it: the set adopts it back (same pod, our controller reference again).
+    let pod_uid = pod("ss-0")["metadata"]["uid"].clone();
+    let orphan = r#"{"metadata":{"ownerReferences":null}}"#;
+    let o = f.kubectl(&["patch", "pod", "ss-0", "--type=merge", "-p", orphan]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        eventually(60, || {
+            let p = pod("ss-0");
+            p["metadata"]["uid"] == pod_uid && controller_uids(&p) == [ss.clone()]
+        }),
+        "{}",
+        f.log()
+    );
+    // Relabel it: released, left running, orphaned.
+    let o = f.kubectl(&["label", "pod", "ss-0", "app=released", "--overwrite"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        eventually(60, || {
+            let p = pod("ss-0");
+            p["metadata"]["uid"] == pod_uid && controller_uids(&p).is_empty()
+        }),
+        "{}",
+        f.log()
+    );
+
+    // The Job: its running pod, orphaned, is adopted back with the tracking finalizer.
+    let job_pods = || {
+        get_json(&f, &["get", "pods", "-l", "job-name=sleeper", "-o", "json"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut first = String::new();
+    assert!(
+        eventually(90, || {
+            let ps = job_pods();
+            match ps.as_slice() {
+                [p] if controller_uids(p) == [job.clone()] => {
+                    first = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    true
+                }
+                _ => false,
+            }
+        }),
+        "{}",
+        f.log()
+    );
+    let o = f.kubectl(&["patch", "pod", &first, "--type=merge", "-p", orphan]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        eventually(60, || {
+            let p = pod(&first);
+            controller_uids(&p) == [job.clone()]
+                && p["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "batch.kubernetes.io/job-tracking"))
+        }),
+        "{}",
+        f.log()
+    );
+    // Drop the selector's label: released (reference and finalizer gone), and the Job
+    // creates a replacement.
+    let o = f.kubectl(&[
+        "label",
+        "pod",
+        &first,
+        "batch.kubernetes.io/controller-uid-",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        eventually(60, || {
+            let p = pod(&first);
+            controller_uids(&p).is_empty()
+                && p["metadata"]["finalizers"]
+                    .as_array()
+                    .is_none_or(|f| f.is_empty())
+        }),
+        "{}",
+        f.log()
+    );
+    assert!(
+        eventually(60, || job_pods().iter().any(|p| {
+            p["metadata"]["name"] != first.as_str() && controller_uids(p) == [job.clone()]
+        })),
+        "{}",
+        f.log()
+    );
+}
