@@ -724,6 +724,28 @@ pub fn aggregate_all(mut roles: Vec<ClusterRole>) -> Vec<ClusterRole> {
     roles
 }
 
+/// The stored `system:node` ClusterRole brought to this version's rules, when it must change:
+/// earlier versions let it read every Secret and ConfigMap, which the Node authorizer now
+/// restricts, and Ferry binds the role to `system:nodes` (upstream leaves that binding empty).
+/// A role whose owners set `rbac.authorization.kubernetes.io/autoupdate: "false"` is kept.
+pub fn reconcile_node_role(existing: &ClusterRole) -> Option<ClusterRole> {
+    let autoupdate = existing
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(AUTOUPDATE_ANNOTATION))
+        .is_none_or(|v| v == "true");
+    let want = cluster_roles()
+        .into_iter()
+        .find(|r| r.metadata.name.as_deref() == Some("system:node"))?;
+    if !autoupdate || existing.rules == want.rules {
+        return None;
+    }
+    let mut role = existing.clone();
+    role.rules = want.rules;
+    Some(role)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -822,5 +844,29 @@ mod tests {
             !p.authorize(&Attributes::non_resource(anon, "get", "/api"))
                 .allowed
         );
+    }
+
+    #[test]
+    fn node_role_loses_broad_reads_unless_pinned() {
+        let want = cluster_roles()
+            .into_iter()
+            .find(|r| r.metadata.name.as_deref() == Some("system:node"))
+            .expect("system:node");
+        assert_eq!(reconcile_node_role(&want), None, "current: unchanged");
+        let mut old = want.clone();
+        if let Some(rules) = old.rules.as_mut() {
+            rules.push(rule(
+                &["get", "list", "watch"],
+                &[""],
+                &["configmaps", "secrets"],
+            ));
+        }
+        let fixed = reconcile_node_role(&old).expect("updated");
+        assert_eq!(fixed.rules, want.rules);
+        assert_eq!(fixed.metadata, old.metadata);
+        if let Some(a) = old.metadata.annotations.as_mut() {
+            a.insert(AUTOUPDATE_ANNOTATION.into(), "false".into());
+        }
+        assert_eq!(reconcile_node_role(&old), None, "pinned by its owners");
     }
 }

@@ -392,7 +392,34 @@ pub async fn bootstrap_policy(api: &Api) -> Result<()> {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
-        if lookup(api, ferry_auth::rbac::GROUP, plural, None, &name).is_some() {
+        if let Some(existing) = lookup(api, ferry_auth::rbac::GROUP, plural, None, &name) {
+            // Earlier versions' `system:node` read every Secret: bring it to the current rules.
+            if plural == "clusterroles"
+                && name == "system:node"
+                && let Ok(role) = serde_json::from_value(existing)
+                && let Some(fixed) = ferry_auth::bootstrap::reconcile_node_role(&role)
+                && let Ok(mut body) = serde_json::to_value(fixed)
+            {
+                body["apiVersion"] = json!(format!("{}/v1", ferry_auth::rbac::GROUP));
+                body["kind"] = json!(res.info().kind);
+                let p = crate::request::ResourcePath {
+                    group: ferry_auth::rbac::GROUP.into(),
+                    version: "v1".into(),
+                    namespace: None,
+                    resource: plural.into(),
+                    name: Some(name.clone()),
+                    subresource: None,
+                };
+                match api
+                    .update(&res, &p, &crate::request::Query::default(), body)
+                    .await
+                {
+                    Ok(_) => {
+                        tracing::info!("updated ClusterRole system:node to this version's rules")
+                    }
+                    Err(e) => tracing::warn!("updating ClusterRole system:node: {}", e.message),
+                }
+            }
             continue;
         }
         body["apiVersion"] = json!(format!("{}/v1", ferry_auth::rbac::GROUP));
