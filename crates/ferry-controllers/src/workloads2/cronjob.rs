@@ -18,7 +18,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::common::{self, Res, Write, controlled_by};
+use super::common::{self, Res, Write};
 use super::job::finished;
 use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue, keys};
 
@@ -280,6 +280,17 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
     out
 }
 
+/// Upstream's `getJobsToBeReconciled`: a CronJob never adopts Jobs; it reconciles the Jobs
+/// whose controller reference names it (by name, as upstream, so Jobs a same-named
+/// predecessor left behind are counted too), whatever their labels.
+pub fn is_its_job(
+    cronjob: &str,
+    job: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> bool {
+    crate::runtime::keys::controller_ref(job)
+        .is_some_and(|r| r.kind == "CronJob" && r.name == cronjob)
+}
+
 // ---- the reconciler ----
 
 pub struct CronJobController {
@@ -299,12 +310,11 @@ impl Reconciler for CronJobController {
         let Some(cj) = key.get(&self.cronjobs) else {
             return Ok(Action::Done);
         };
-        let uid = cj.uid().unwrap_or_default();
         let all = self.jobs.state();
         let jobs: Vec<&Job> = all
             .iter()
             .map(|j| j.as_ref())
-            .filter(|j| j.namespace() == cj.namespace() && controlled_by(&j.metadata, &uid))
+            .filter(|j| j.namespace() == cj.namespace() && is_its_job(&cj.name_any(), &j.metadata))
             .collect();
         let plan = plan(&cj, &jobs, Timestamp::now(), &self.zone);
         if let Some(n) = &plan.note {
@@ -531,5 +541,27 @@ mod tests {
         );
         assert_eq!(last, Some(t("2026-01-01T03:00:00Z")));
         assert_eq!(missed, 180);
+    }
+
+    #[test]
+    fn reconciles_jobs_by_controller_name_never_adopts() {
+        let meta = |refs: Value| -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            serde_json::from_value(
+                json!({"name": "j", "labels": {"app": "x"}, "ownerReferences": refs}),
+            )
+            .unwrap()
+        };
+        let r = |kind: &str, name: &str, controller: bool| {
+            json!([{"apiVersion": "batch/v1", "kind": kind,
+            "name": name, "uid": "any", "controller": controller}])
+        };
+        assert!(is_its_job("hello", &meta(r("CronJob", "hello", true))));
+        assert!(!is_its_job("hello", &meta(r("CronJob", "other", true))));
+        assert!(!is_its_job("hello", &meta(r("CronJob", "hello", false))));
+        assert!(!is_its_job("hello", &meta(r("Deployment", "hello", true))));
+        assert!(
+            !is_its_job("hello", &meta(Value::Null)),
+            "orphans are not adopted"
+        );
     }
 }
