@@ -10,8 +10,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::errors::ErrorList;
 use crate::decode::Decoded;
+use crate::errors::ErrorList;
 use crate::kinds::{Column, KindInfo, Strategy};
 
 /// (events.k8s.io/v1 name, core/v1 name) of the renamed fields.

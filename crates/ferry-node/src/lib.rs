@@ -10,9 +10,9 @@
 pub mod cni;
 pub mod dns;
 pub mod envvars;
+pub mod hostroutes;
 pub mod images;
 pub mod logs;
-pub mod hostroutes;
 pub mod netns;
 pub mod network;
 pub mod node;

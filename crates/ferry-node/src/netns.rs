@@ -534,7 +534,9 @@ mod tests {
         );
         let old: ClusterPlan = serde_json::from_value({
             let mut v = serde_json::to_value(&p).expect("json");
-            v.as_object_mut().expect("object").remove("node_local_routes");
+            v.as_object_mut()
+                .expect("object")
+                .remove("node_local_routes");
             v
         })
         .expect("a plan recorded before the field existed");
