@@ -163,6 +163,10 @@ pub(crate) struct ServerArgs {
     /// `ferry up` only: the proxy's /healthz address; `off` disables it.
     #[arg(long, default_value = "127.0.0.1:10256")]
     proxy_healthz_listen: String,
+    /// `ferry up` only (netns pod network): where NetworkPolicy enforcement serves /metrics
+    /// (verdict counters per pod and policy, sync latency) and /healthz; `off` disables it.
+    #[arg(long, default_value = "127.0.0.1:9258")]
+    netpol_metrics_listen: String,
     /// `ferry up` only: where the Ingress proxy serves HTTP (`off`: not at all). Default:
     /// 127.0.0.1:80 as root, 127.0.0.1:8080 otherwise.
     #[arg(long)]
@@ -175,10 +179,6 @@ pub(crate) struct ServerArgs {
     #[arg(long, default_value = "30000-32767")]
     service_node_port_range: ferry_apiserver::alloc::PortRange,
     /// The soft file-descriptor limit (RLIMIT_NOFILE) to run with; default: raised to the
-    /// `ferry up` only (netns pod network): where NetworkPolicy enforcement serves /metrics
-    /// (verdict counters per pod and policy, sync latency) and /healthz; `off` disables it.
-    #[arg(long, default_value = "127.0.0.1:9258")]
-    netpol_metrics_listen: String,
     /// hard limit. Connection caps of the API server, DNS and proxy are cut from it.
     #[arg(long)]
     max_open_files: Option<u64>,
