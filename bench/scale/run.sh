@@ -99,7 +99,7 @@ t0=$(now)
 RUST_LOG=info "$BIN" controllers --kubeconfig "$KUBECONFIG" --leader-elect=false >"$WORK/ctl.log" 2>&1 &
 CTL=$!; PIDS+=("$CTL")
 # Bounded: report "not synced" (with the time waited) rather than waiting forever.
-deadline=$(awk -v t="$t0" -v d="${CTL_TIMEOUT:-300}" 'BEGIN {print t + d}')
+deadline=$(awk -v t="$t0" -v d="${CTL_TIMEOUT:-300}" 'BEGIN {printf "%.3f", t + d}')
 ctl_state="synced"
 until grep -q "service controllers synced" "$WORK/ctl.log"; do
   kill -0 "$CTL" || { cat "$WORK/ctl.log"; exit 1; }
@@ -118,5 +118,5 @@ goal "kube-rs client list+watch" "$KUBE_SYNC" 5 s
 goal "ferry dns start to ready" "$DNS_READY" 5 s
 goal "ferry dns RSS" "$DNS_RSS" 70 MiB
 goal "ferry proxy (nftables dry-run) start to done" "$PROXY_READY" 5 s
-goal "ferry controllers start to synced" "$CTL_READY" 5 s
+goal "ferry controllers start to $ctl_state" "$CTL_READY" 5 s
 echo "   (API server RSS after the kube-rs client's list: ${RSS_AFTER_CLIENT} MiB; proxy peak RSS ${PROXY_RSS} MiB; controllers RSS ${CTL_RSS} MiB)"
