@@ -1,7 +1,7 @@
 //! Cluster lifecycle controllers (issue 5): the garbage collector and namespace controller
 //! ([`gc`]), the ReplicaSet and Deployment controllers, a minimal scheduler and node IPAM.
 
-mod events;
+pub(crate) mod events;
 pub mod gc;
 pub mod gc_core;
 pub mod graph;

@@ -33,6 +33,8 @@ pub struct Plan {
     pub requeue_after: Option<f64>,
     /// Why nothing was created, for an event or a log line.
     pub note: Option<String>,
+    /// Events about the CronJob, as upstream's: (type, reason, message).
+    pub events: Vec<(&'static str, &'static str, String)>,
 }
 
 /// The schedule's time zone: `spec.timeZone`, else the controller's.
@@ -142,6 +144,22 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
         }
     }
     let mut last_schedule = st.last_schedule_time.as_ref().map(ts);
+    // A Job the status still lists as active has finished (upstream's SawCompletedJob).
+    for j in jobs {
+        let js = j.status.clone().unwrap_or_default();
+        let listed = st.active.iter().flatten().any(|r| {
+            r.name.as_deref() == j.metadata.name.as_deref()
+                && (r.uid.is_none() || r.uid.as_deref() == j.metadata.uid.as_deref())
+        });
+        if listed && finished(&js) {
+            let cond = if job_failed(j) { "Failed" } else { "Complete" };
+            out.events.push((
+                "Normal",
+                "SawCompletedJob",
+                format!("Saw completed job: {}, condition: {cond}", j.name_any()),
+            ));
+        }
+    }
 
     let mut created = false;
     if cj.metadata.deletion_timestamp.is_none() {
@@ -187,6 +205,14 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
                         let policy = spec.concurrency_policy.as_deref().unwrap_or("Allow");
                         if too_late {
                             out.note = Some(format!("missed scheduled time to start a job: {t}"));
+                            out.events.push((
+                                "Warning",
+                                "MissSchedule",
+                                format!(
+                                    "Missed scheduled time to start a job: {}",
+                                    t.strftime("%a, %d %b %Y %H:%M:%S %z")
+                                ),
+                            ));
                         } else if exists {
                             // Already started for this time.
                         } else if policy == "Forbid" && !active.is_empty() {
@@ -194,6 +220,11 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
                                 "forbidden by concurrencyPolicy Forbid: a job is still active"
                                     .into(),
                             );
+                            out.events.push((
+                                "Normal",
+                                "JobAlreadyActive",
+                                "Not starting job because prior execution is running and concurrency policy is Forbid".into(),
+                            ));
                         } else {
                             if policy == "Replace" {
                                 for j in &active {
@@ -208,6 +239,11 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
                             }
                             out.writes
                                 .push(Write::create(Res::Jobs, &ns, new_job(cj, t, &zone)));
+                            out.events.push((
+                                "Normal",
+                                "SuccessfulCreate",
+                                format!("Created job {jname}"),
+                            ));
                             last_schedule = Some(t);
                             created = true;
                         }
@@ -237,6 +273,11 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
         });
         let extra = list.len().saturating_sub(limit.max(0) as usize);
         for j in list.iter().take(extra) {
+            out.events.push((
+                "Normal",
+                "SuccessfulDelete",
+                format!("Deleted job {}", j.name_any()),
+            ));
             out.writes.push(Write::delete_background(
                 Res::Jobs,
                 &ns,
@@ -319,6 +360,16 @@ impl Reconciler for CronJobController {
         let plan = plan(&cj, &jobs, Timestamp::now(), &self.zone);
         if let Some(n) = &plan.note {
             tracing::debug!(cronjob = %key, "{n}");
+        }
+        for (type_, reason, message) in &plan.events {
+            crate::lifecycle::events::record(
+                &self.client,
+                crate::lifecycle::events::reference(cj.as_ref()),
+                type_,
+                reason,
+                message.clone(),
+                "cronjob-controller",
+            );
         }
         runtime::execute_all(plan.writes, |w| common::exec(&self.client, w))
             .await
@@ -562,6 +613,46 @@ mod tests {
         assert!(
             !is_its_job("hello", &meta(Value::Null)),
             "orphans are not adopted"
+        );
+    }
+
+    #[test]
+    fn events_as_upstream() {
+        let utc = TimeZone::UTC;
+        let reasons = |p: &Plan| p.events.iter().map(|e| e.1).collect::<Vec<_>>();
+        let running = job("hello-1", json!({"active": 1}));
+        let st = json!({"lastScheduleTime": "2026-01-01T00:01:00Z"});
+        let now = t("2026-01-01T00:02:05Z");
+        let forbid = cj(json!({"concurrencyPolicy": "Forbid"}), st.clone());
+        assert_eq!(
+            reasons(&plan(&forbid, &[&running], now, &utc)),
+            ["JobAlreadyActive"]
+        );
+        let p = plan(&cj(json!({}), st.clone()), &[&running], now, &utc);
+        assert_eq!(reasons(&p), ["SuccessfulCreate"]);
+        assert!(
+            p.events[0].2.starts_with("Created job hello-"),
+            "{:?}",
+            p.events
+        );
+        // A Job the status lists as active has completed.
+        let listed = json!({"lastScheduleTime": "2026-01-01T00:01:00Z",
+            "active": [{"apiVersion": "batch/v1", "kind": "Job", "name": "hello-1", "namespace": "d"}]});
+        let done = job(
+            "hello-1",
+            json!({"succeeded": 1, "completionTime": "2026-01-01T00:01:30Z",
+            "conditions": [{"type": "Complete", "status": "True"}]}),
+        );
+        let p = plan(
+            &cj(json!({}), listed),
+            &[&done],
+            t("2026-01-01T00:01:40Z"),
+            &utc,
+        );
+        assert_eq!(reasons(&p), ["SawCompletedJob"]);
+        assert_eq!(
+            p.events[0].2,
+            "Saw completed job: hello-1, condition: Complete"
         );
     }
 }
