@@ -214,7 +214,11 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
                                 ),
                             ));
                         } else if exists {
-                            // Already started for this time.
+                            // Already started for this time (a status read from a lagging
+                            // cache must not take lastScheduleTime back).
+                            if last_schedule.is_none_or(|l| l < t) {
+                                last_schedule = Some(t);
+                            }
                         } else if policy == "Forbid" && !active.is_empty() {
                             out.note = Some(
                                 "forbidden by concurrencyPolicy Forbid: a job is still active"
