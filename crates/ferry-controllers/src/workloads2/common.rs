@@ -587,6 +587,90 @@ pub fn rfc3339(secs: i64) -> String {
         .unwrap_or_default()
 }
 
+/// Watches every pod for the controllers of kind `O`: an owned pod wakes its controller, an
+/// orphan wakes every `O` in its namespace whose selector matches it (those may adopt it).
+pub fn reflect_pods_for<O>(
+    client: &kube::Client,
+    queue: &std::sync::Arc<crate::runtime::WorkQueue<crate::runtime::ObjectKey>>,
+    owners: kube::runtime::reflector::Store<O>,
+    selects: fn(&O, &BTreeMap<String, String>) -> bool,
+    stop: tokio_util::sync::CancellationToken,
+) -> kube::runtime::reflector::Store<Pod>
+where
+    O: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    use crate::runtime::keys;
+    let q = queue.clone();
+    crate::runtime::reflect(
+        Api::<Pod>::all(client.clone()),
+        kube::runtime::watcher::Config::default(),
+        stop,
+        move |ch| {
+            for o in ch.objects() {
+                match keys::controller_ref(&o.metadata) {
+                    Some(_) => q.extend(keys::controller_key::<O>(&o.metadata)),
+                    None => q.extend(keys::selecting(
+                        &owners,
+                        o.metadata.namespace.as_deref().unwrap_or(""),
+                        o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                        selects,
+                    )),
+                }
+            }
+        },
+    )
+}
+
+/// Watches ControllerRevisions: each wakes its controller of kind `O`.
+pub fn reflect_revisions_for<O>(
+    client: &kube::Client,
+    queue: &std::sync::Arc<crate::runtime::WorkQueue<crate::runtime::ObjectKey>>,
+    stop: tokio_util::sync::CancellationToken,
+) -> kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>
+where
+    O: kube::Resource<DynamicType = ()>,
+{
+    let q = queue.clone();
+    crate::runtime::reflect(
+        Api::<k8s_openapi::api::apps::v1::ControllerRevision>::all(client.clone()),
+        kube::runtime::watcher::Config::default(),
+        stop,
+        move |ch| {
+            for o in ch.objects() {
+                if let Some(k) = crate::runtime::keys::controller_key::<O>(&o.metadata) {
+                    q.add(k);
+                }
+            }
+        },
+    )
+}
+
+/// Runs `first` (revisions, a status write) before `rest`, each set concurrently; stops at the
+/// first failure.
+pub async fn exec_in_order(
+    client: &kube::Client,
+    first: Vec<Write>,
+    rest: Vec<Write>,
+) -> Result<Vec<Done>, kube::Error> {
+    let mut done = crate::runtime::execute_all(first, |w| exec(client, w))
+        .await
+        .map_err(|e| e.first)?;
+    done.extend(
+        crate::runtime::execute_all(rest, |w| exec(client, w))
+            .await
+            .map_err(|e| e.first)?,
+    );
+    Ok(done)
+}
+
+/// The runtime's action for a plan's `requeue_after` (seconds).
+pub fn requeue(after: Option<i64>) -> crate::runtime::Action {
+    match after {
+        Some(s) => crate::runtime::Action::RequeueAfter(Duration::from_secs(s.max(1) as u64)),
+        None => crate::runtime::Action::Done,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,7 @@ use super::common::{
     is_terminal, now_secs, revision_data, revision_hash,
 };
 use crate::lifecycle::workload_core::resolve;
-use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue, keys};
+use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue};
 
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 pub const HASH_LABEL: &str = "controller.kubernetes.io/hash";
@@ -505,19 +505,9 @@ impl Reconciler for DaemonSetController {
             .iter()
             .filter(|w| matches!(w.op, common::Op::Create(_)))
             .count();
-        let mut done: Vec<Done> = runtime::execute_all(revs_w, |w| common::exec(&self.client, w))
-            .await
-            .map_err(|e| e.first)?;
-        done.extend(
-            runtime::execute_all(rest, |w| common::exec(&self.client, w))
-                .await
-                .map_err(|e| e.first)?,
-        );
+        let done: Vec<Done> = common::exec_in_order(&self.client, revs_w, rest).await?;
         self.expect.record(&uid, &done, unnamed);
-        Ok(match plan.requeue_after {
-            Some(s) => Action::RequeueAfter(Duration::from_secs(s.max(1) as u64)),
-            None => Action::Done,
-        })
+        Ok(common::requeue(plan.requeue_after))
     }
 }
 
@@ -534,39 +524,14 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let (q, owners) = (queue.clone(), sets.clone());
-    let pods = runtime::reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
+    let pods = common::reflect_pods_for(
+        &client,
+        &queue,
+        sets.clone(),
+        |s: &DaemonSet, l| common::selects(&s.spec.selector, l),
         stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                match keys::controller_ref(&o.metadata) {
-                    Some(_) => q.extend(keys::controller_key::<DaemonSet>(&o.metadata)),
-                    // An orphan: the owners that may adopt it.
-                    None => q.extend(keys::selecting(
-                        &owners,
-                        o.metadata.namespace.as_deref().unwrap_or(""),
-                        o.labels(),
-                        |s: &DaemonSet, l| common::selects(&s.spec.selector, l),
-                    )),
-                }
-            }
-        },
     );
-    let q = queue.clone();
-    let revisions = runtime::reflect(
-        Api::<ControllerRevision>::all(client.clone()),
-        watcher::Config::default(),
-        stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                if let Some(k) = keys::controller_key::<DaemonSet>(&o.metadata) {
-                    q.add(k);
-                }
-            }
-        },
-    );
+    let revisions = common::reflect_revisions_for::<DaemonSet>(&client, &queue, stop.clone());
     // A node change (labels, taints, new node) concerns every DaemonSet.
     let (q, s2) = (queue.clone(), sets.clone());
     let nodes = runtime::reflect(

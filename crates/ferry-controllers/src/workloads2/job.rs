@@ -675,16 +675,9 @@ impl Reconciler for JobController {
             let st = writes.remove(0);
             common::exec(&self.client, st).await?;
         }
-        let done = runtime::execute_all(writes, |w| common::exec(&self.client, w)).await;
-        let done: Vec<Done> = match done {
-            Ok(d) => d,
-            Err(e) => return Err(e.first),
-        };
+        let done: Vec<Done> = common::exec_in_order(&self.client, Vec::new(), writes).await?;
         self.expect.record(&uid, &done, unnamed);
-        Ok(match plan.requeue_after {
-            Some(s) => Action::RequeueAfter(Duration::from_secs(s.max(1) as u64)),
-            None => Action::Done,
-        })
+        Ok(common::requeue(plan.requeue_after))
     }
 }
 
@@ -701,30 +694,17 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let (q, owners) = (queue.clone(), jobs.clone());
-    let pods = runtime::reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                match keys::controller_ref(&o.metadata) {
-                    Some(_) => q.extend(keys::controller_key::<Job>(&o.metadata)),
-                    // An orphan: the owners that may adopt it.
-                    None => q.extend(keys::selecting(
-                        &owners,
-                        o.metadata.namespace.as_deref().unwrap_or(""),
-                        o.labels(),
-                        |s: &Job, l| {
-                            s.spec
-                                .as_ref()
-                                .and_then(|x| x.selector.as_ref())
-                                .is_some_and(|sel| common::selects(sel, l))
-                        },
-                    )),
-                }
-            }
+    let pods = common::reflect_pods_for(
+        &client,
+        &queue,
+        jobs.clone(),
+        |s: &Job, l| {
+            s.spec
+                .as_ref()
+                .and_then(|x| x.selector.as_ref())
+                .is_some_and(|sel| common::selects(sel, l))
         },
+        stop.clone(),
     );
     tokio::select! {
         _ = stop.cancelled() => return,

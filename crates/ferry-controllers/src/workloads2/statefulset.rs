@@ -26,7 +26,7 @@ use super::common::{
     self, Done, Expectations, Res, Write, controlled_by, is_available, is_deleting, is_ready,
     is_terminal, now_secs, revision_data, revision_hash,
 };
-use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue, keys};
+use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue};
 
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
@@ -438,19 +438,9 @@ impl Reconciler for StatefulSetController {
         let (revs_w, rest): (Vec<Write>, Vec<Write>) = plan.writes.into_iter().partition(|w| {
             w.res == Res::ControllerRevisions && matches!(w.op, common::Op::Create(_))
         });
-        let mut done: Vec<Done> = runtime::execute_all(revs_w, |w| common::exec(&self.client, w))
-            .await
-            .map_err(|e| e.first)?;
-        done.extend(
-            runtime::execute_all(rest, |w| common::exec(&self.client, w))
-                .await
-                .map_err(|e| e.first)?,
-        );
+        let done: Vec<Done> = common::exec_in_order(&self.client, revs_w, rest).await?;
         self.expect.record(&uid, &done, 0);
-        Ok(match plan.requeue_after {
-            Some(s) => Action::RequeueAfter(Duration::from_secs(s.max(1) as u64)),
-            None => Action::Done,
-        })
+        Ok(common::requeue(plan.requeue_after))
     }
 }
 
@@ -467,39 +457,14 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let (q, owners) = (queue.clone(), sets.clone());
-    let pods = runtime::reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
+    let pods = common::reflect_pods_for(
+        &client,
+        &queue,
+        sets.clone(),
+        |s: &StatefulSet, l| common::selects(&s.spec.selector, l),
         stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                match keys::controller_ref(&o.metadata) {
-                    Some(_) => q.extend(keys::controller_key::<StatefulSet>(&o.metadata)),
-                    // An orphan: the sets that may adopt it.
-                    None => q.extend(keys::selecting(
-                        &owners,
-                        o.metadata.namespace.as_deref().unwrap_or(""),
-                        o.labels(),
-                        |s: &StatefulSet, l| common::selects(&s.spec.selector, l),
-                    )),
-                }
-            }
-        },
     );
-    let q = queue.clone();
-    let revisions = runtime::reflect(
-        Api::<ControllerRevision>::all(client.clone()),
-        watcher::Config::default(),
-        stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                if let Some(k) = keys::controller_key::<StatefulSet>(&o.metadata) {
-                    q.add(k);
-                }
-            }
-        },
-    );
+    let revisions = common::reflect_revisions_for::<StatefulSet>(&client, &queue, stop.clone());
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = async {
