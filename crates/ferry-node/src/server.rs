@@ -741,19 +741,8 @@ impl Endpoint {
         } else {
             exec_command(&shared, &info, &opts.command)
         };
-        tokio::spawn(async move {
-            match hyper::upgrade::on(req).await {
-                Ok(u) => {
-                    crate::streaming::serve_spdy_exec(
-                        hyper_util::rt::TokioIo::new(u),
-                        protocol,
-                        opts,
-                        cmd,
-                    )
-                    .await
-                }
-                Err(e) => tracing::debug!("exec upgrade: {e}"),
-            }
+        on_upgrade(req, "exec", move |io| {
+            crate::streaming::serve_spdy_exec(io, protocol, opts, cmd)
         });
         spdy_switch(protocol)
     }
@@ -802,16 +791,8 @@ impl Endpoint {
                         ),
                     );
                 };
-                tokio::spawn(async move {
-                    if let Ok(u) = hyper::upgrade::on(req).await {
-                        crate::streaming::serve_spdy_attach(
-                            hyper_util::rt::TokioIo::new(u),
-                            protocol,
-                            opts,
-                            cio,
-                        )
-                        .await;
-                    }
+                on_upgrade(req, "attach", move |io| {
+                    crate::streaming::serve_spdy_attach(io, protocol, opts, cio)
                 });
                 spdy_switch(protocol)
             }
@@ -834,16 +815,8 @@ impl Endpoint {
                 else {
                     return text(400, "missing Sec-WebSocket-Key");
                 };
-                tokio::spawn(async move {
-                    let Ok(u) = hyper::upgrade::on(req).await else {
-                        return;
-                    };
-                    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-                        hyper_util::rt::TokioIo::new(u),
-                        Role::Server,
-                        None,
-                    )
-                    .await;
+                on_upgrade(req, "attach", move |io| async move {
+                    let ws = server_websocket(io).await;
                     crate::streaming::serve_ws_attach(ws, protocol.starts_with("v5"), opts, cio)
                         .await;
                 });
@@ -880,15 +853,8 @@ impl Endpoint {
                         ),
                     );
                 }
-                tokio::spawn(async move {
-                    if let Ok(u) = hyper::upgrade::on(req).await {
-                        crate::streaming::serve_spdy_portforward(
-                            hyper_util::rt::TokioIo::new(u),
-                            target,
-                            name,
-                        )
-                        .await;
-                    }
+                on_upgrade(req, "portforward", move |io| {
+                    crate::streaming::serve_spdy_portforward(io, target, name)
                 });
                 spdy_switch(PORTFORWARD_PROTOCOL)
             }
@@ -919,16 +885,8 @@ impl Endpoint {
                 else {
                     return text(400, "missing Sec-WebSocket-Key");
                 };
-                tokio::spawn(async move {
-                    let Ok(u) = hyper::upgrade::on(req).await else {
-                        return;
-                    };
-                    let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
-                        hyper_util::rt::TokioIo::new(u),
-                        Role::Server,
-                        None,
-                    )
-                    .await;
+                on_upgrade(req, "portforward", move |io| async move {
+                    let ws = server_websocket(io).await;
                     if protocol == TUNNEL_PROTOCOL {
                         let io = crate::streaming::ws_byte_stream(ws);
                         crate::streaming::serve_spdy_portforward(io, target, name).await;
@@ -1200,6 +1158,28 @@ pub async fn serve(ep: Arc<Endpoint>, listener: TcpListener, stop: CancellationT
                 .await;
         });
     }
+}
+
+type UpgradedIo = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// Serves the connection `req` upgrades to (SPDY or WebSocket), once the switching response
+/// has gone out.
+fn on_upgrade<F, Fut>(req: Request<Incoming>, what: &'static str, serve: F)
+where
+    F: FnOnce(UpgradedIo) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tokio::spawn(async move {
+        match hyper::upgrade::on(req).await {
+            Ok(u) => serve(hyper_util::rt::TokioIo::new(u)).await,
+            Err(e) => tracing::debug!("{what} upgrade: {e}"),
+        }
+    });
+}
+
+/// The server side of a WebSocket over an upgraded connection.
+async fn server_websocket(io: UpgradedIo) -> tokio_tungstenite::WebSocketStream<UpgradedIo> {
+    tokio_tungstenite::WebSocketStream::from_raw_socket(io, Role::Server, None).await
 }
 
 #[cfg(test)]
