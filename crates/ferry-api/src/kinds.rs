@@ -67,37 +67,7 @@ impl KindInfo {
     }
 }
 
-/// One column of a `meta.k8s.io/v1` Table.
-#[derive(Debug, Clone, Serialize)]
-pub struct Column {
-    pub name: &'static str,
-    #[serde(rename = "type")]
-    pub type_: &'static str,
-    pub format: &'static str,
-    pub description: &'static str,
-    pub priority: i32,
-}
-
-impl Column {
-    pub const fn new(name: &'static str, type_: &'static str, priority: i32) -> Self {
-        Column {
-            name,
-            type_,
-            format: "",
-            description: "",
-            priority,
-        }
-    }
-    pub const fn name_column() -> Self {
-        Column {
-            name: "Name",
-            type_: "string",
-            format: "name",
-            description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-            priority: 0,
-        }
-    }
-}
+pub use ferry_printers::Column;
 
 /// The behaviour of one kind on JSON values. Implemented by [`Typed`] for every served kind.
 pub trait Strategy: Send + Sync {

@@ -21,7 +21,7 @@ use crate::validation::workloads as v;
 pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 pub const LEGACY_CONTROLLER_UID_LABEL: &str = "controller-uid";
-pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+pub use ferry_validation::workloads::CONTROLLER_UID_LABEL;
 pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
 /// The finalizer the Job controller puts on its pods until it has counted them.
 pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
