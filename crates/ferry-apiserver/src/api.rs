@@ -10,7 +10,7 @@ use ferry_api::kinds::{KindInfo, StatusOnCreate, Strategy};
 use ferry_store::{Store, StoreError};
 use serde_json::{Value, json};
 
-use crate::cache::{Cache, CachedObject, ResourceCache, set_resource_version};
+use crate::cache::{Cache, CachedObject, PageError, ResourceCache, set_resource_version};
 use crate::objects::{self, meta_mut};
 use crate::request::{Query, ResourcePath, Want};
 use crate::rv;
@@ -22,6 +22,10 @@ pub struct Resource {
     pub strategy: &'static dyn Strategy,
     /// `/registry/services/` or `/registry/apps/deployments/`.
     pub prefix: String,
+    /// Objects are served exactly as cached ([`Strategy::on_read`] never changes them): true
+    /// for built-in kinds with their own store; false for custom kinds and kinds stored as
+    /// another (`events.k8s.io` Events).
+    pub as_stored: bool,
 }
 
 impl Resource {
@@ -190,6 +194,7 @@ impl Api {
                 Arc::new(Resource {
                     strategy: s.as_ref(),
                     prefix: kind_prefix(s.as_ref()),
+                    as_stored: s.store_as().is_none(),
                 }),
             );
         }
@@ -275,7 +280,7 @@ impl Api {
         match p.subresource.as_deref() {
             None | Some("status") => {}
             Some("scale") if res.info().scale_subresource => {
-                return Ok(Reply::json(200, &scale_of(res.strategy, &obj.value)));
+                return Ok(Reply::json(200, &scale_of(res.strategy, &obj.value())));
             }
             Some(_) => return Err(ApiError::not_found_path()),
         }
@@ -324,6 +329,11 @@ impl Api {
                 self.wait_fresh(*n).await?;
                 self.cache.revision()
             }
+            // A token an expired list handed out: the rest at the latest revision.
+            rv::ListAt::Continue { revision: n, .. } if *n == rv::CONTINUE_LATEST => {
+                self.consistent().await?;
+                self.cache.revision()
+            }
             rv::ListAt::Exact(n) | rv::ListAt::Continue { revision: n, .. } => {
                 self.wait_fresh(*n).await?;
                 *n
@@ -331,36 +341,40 @@ impl Api {
         };
         let limit = if at == rv::ListAt::Any { None } else { limit };
         let rc = self.rc(res)?;
-        let snapshot = rc
-            .list_at(&res.list_prefix(p.namespace.as_deref()), revision)
-            .map_err(|_| rv::too_old(&at))?;
-        let mut items: Vec<Arc<CachedObject>> = filter
-            .apply(res, snapshot)?
-            .iter()
-            .map(|o| served_object(res, o))
-            .collect();
-        let mut cont = None;
-        let mut remaining = None;
-        if let rv::ListAt::Continue { start, .. } = &at {
-            items.retain(|o| object_key(res, &o.value).as_str() >= start.as_str());
-        }
-        if let Some(limit) = limit {
-            let limit = limit as usize;
-            if items.len() > limit {
-                remaining = Some(items.len() - limit);
-                items.truncate(limit);
-                if let Some(last) = items.last() {
-                    cont = Some(rv::encode_continue(revision, &object_key(res, &last.value)));
-                }
-            }
-        }
+        // Seek to the continue key in the ordered snapshot and take `limit` matching objects:
+        // a page costs O(limit), not O(all objects); cached bytes are served as they are.
+        let start = match &at {
+            rv::ListAt::Continue { start, .. } => Some(format!("{}{}", res.prefix, start)),
+            _ => None,
+        };
+        let page = rc
+            .page(
+                &res.list_prefix(p.namespace.as_deref()),
+                revision,
+                start.as_deref(),
+                limit.map(|l| l as usize),
+                filter.is_empty(),
+                |o| filter.try_matches_cached(res, o),
+            )
+            .map_err(|e| match e {
+                PageError::TooOld(_) => rv::too_old(&at),
+                PageError::Filter(e) => e,
+            })?;
+        let items: Vec<Arc<CachedObject>> =
+            page.items.iter().map(|o| served_object(res, o)).collect();
+        let remaining = page.remaining;
+        let cont = page.next.map(|key| {
+            rv::encode_continue(revision, key.strip_prefix(&res.prefix).unwrap_or(&key))
+        });
         let rv_s = revision.to_string();
         match want {
             Want::Table { v1beta1 } => {
                 let mut t = table::build(res.strategy, &items, q, &rv_s, v1beta1);
                 if let Some(c) = &cont {
                     t["metadata"]["continue"] = json!(c);
-                    t["metadata"]["remainingItemCount"] = json!(remaining);
+                }
+                if let Some(n) = remaining {
+                    t["metadata"]["remainingItemCount"] = json!(n);
                 }
                 Ok(table_reply(&t))
             }
@@ -369,7 +383,9 @@ impl Api {
                 let mut meta = json!({"resourceVersion": rv_s});
                 if let Some(c) = &cont {
                     meta["continue"] = json!(c);
-                    meta["remainingItemCount"] = json!(remaining);
+                }
+                if let Some(n) = remaining {
+                    meta["remainingItemCount"] = json!(n);
                 }
                 let mut body =
                     Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
@@ -1120,14 +1136,14 @@ impl Api {
         let mut deleted = Vec::new();
         for o in items {
             let mut ip = p.clone();
-            ip.name = Some(objects::name(&o.value).to_string());
+            ip.name = Some(o.name().to_string());
             ip.namespace = if res.info().namespaced {
-                Some(objects::namespace(&o.value).to_string())
+                Some(o.namespace().to_string())
             } else {
                 None
             };
             match self.delete(res, &ip, q, body.clone()).await {
-                Ok(_) => deleted.push(o.value.clone()),
+                Ok(_) => deleted.push(o.value()),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),
             }
@@ -1702,14 +1718,6 @@ fn table_reply(t: &Value) -> Reply {
     }
 }
 
-fn object_key(res: &Resource, v: &Value) -> String {
-    if res.info().namespaced {
-        format!("{}/{}", objects::namespace(v), objects::name(v))
-    } else {
-        objects::name(v).to_string()
-    }
-}
-
 /// A reply carrying a stored object (not a `Status`) as the kind serves it.
 fn served_reply(res: &Resource, reply: Reply) -> Reply {
     let Reply::Json {
@@ -1737,14 +1745,13 @@ fn served_reply(res: &Resource, reply: Reply) -> Reply {
 /// The object as served: a custom kind's stored object in the requested version, with its
 /// schema's defaults ([`Strategy::on_read`]); other kinds as cached.
 pub fn served_object(res: &Resource, o: &Arc<CachedObject>) -> Arc<CachedObject> {
-    match res.strategy.on_read(&o.value) {
-        None => o.clone(),
-        Some(value) => Arc::new(CachedObject {
-            bytes: Bytes::from(serde_json::to_vec(&value).unwrap_or_default()),
-            value,
-            revision: o.revision,
-        }),
+    if res.as_stored {
+        return o.clone();
     }
+    res.strategy
+        .on_read(&o.value())
+        .and_then(|v| CachedObject::from_value(&v, o.revision))
+        .unwrap_or_else(|| o.clone())
 }
 
 /// The `autoscaling/v1` Scale of an object: from a custom kind's scale paths, or as
@@ -1926,6 +1933,35 @@ impl Filter {
         self.try_matches(res, v).unwrap_or(false)
     }
 
+    /// [`Filter::try_matches`] on a cached object: labels, `metadata.name` and
+    /// `metadata.namespace` from its compact metadata; the object is decoded (once) only for
+    /// other fields.
+    pub fn try_matches_cached(&self, res: &Resource, o: &CachedObject) -> Result<bool, ApiError> {
+        if let Some(l) = &self.labels
+            && !l.is_empty()
+            && !l.matches(&o.labels())
+        {
+            return Ok(false);
+        }
+        if let Some(f) = &self.fields {
+            let decoded: std::cell::OnceCell<Value> = std::cell::OnceCell::new();
+            return f
+                .matches(|field| match field {
+                    "metadata.name" => Some(o.name().to_string()),
+                    "metadata.namespace" if res.info().namespaced => {
+                        Some(o.namespace().to_string())
+                    }
+                    _ => field_value(res, decoded.get_or_init(|| o.value()), field),
+                })
+                .map_err(ApiError::bad_request);
+        }
+        Ok(true)
+    }
+
+    pub fn matches_cached(&self, res: &Resource, o: &CachedObject) -> bool {
+        self.try_matches_cached(res, o).unwrap_or(false)
+    }
+
     /// Keeps the matching objects; a 400 for an unsupported field.
     pub fn apply(
         &self,
@@ -1937,7 +1973,7 @@ impl Filter {
         }
         let mut out = Vec::with_capacity(items.len());
         for o in items {
-            if self.try_matches(res, &o.value)? {
+            if self.try_matches_cached(res, &o)? {
                 out.push(o);
             }
         }

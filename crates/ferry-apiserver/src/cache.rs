@@ -3,6 +3,7 @@
 //! and come back through the store's watch.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -11,27 +12,107 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-/// How many events per resource are kept for watches that resume from a resourceVersion.
-const HISTORY: usize = 20_000;
+use crate::compact;
 
-/// One object as cached: its JSON value (with `metadata.resourceVersion` set) and the same bytes.
+/// Watch history per resource: at most this many events…
+pub const HISTORY_EVENTS: usize = 10_000;
+/// …and at most this many bytes of objects they hold (each event's object and previous state
+/// counted in full, even when shared), whichever bound is reached first. A watch or a continued
+/// list from a revision older than the history reaches gets 410 Gone, as upstream's cacher.
+pub const HISTORY_BYTES: usize = 32 << 20;
+/// Fixed cost charged per history entry on top of its objects' bytes (the entry, its key, the
+/// event and the compact metadata of its objects).
+const HISTORY_ENTRY_OVERHEAD: usize = 256;
+
+/// One object as cached, compactly: the served JSON (with `metadata.resourceVersion` set), the
+/// revision, and only the metadata lists, selectors and watches read without decoding: name,
+/// namespace and labels (strings shared through [`compact::interner`]). Code that needs the
+/// whole object decodes it on demand ([`CachedObject::value`]); serving never re-encodes.
+///
+/// Memory per object: the JSON bytes (exact size) + ~120 bytes of struct, `Arc` and name, + 32
+/// bytes per label (the strings themselves shared) + the index entry (key string + ~40 bytes).
 #[derive(Debug)]
 pub struct CachedObject {
-    pub value: Value,
     pub bytes: Bytes,
     pub revision: Revision,
+    name: Box<str>,
+    namespace: Arc<str>,
+    labels: Box<[(Arc<str>, Arc<str>)]>,
 }
 
 impl CachedObject {
+    /// The cached form of a stored object at `revision`; `None` when it is not a JSON object.
     pub fn from_store(raw: &[u8], revision: Revision) -> Option<Arc<CachedObject>> {
-        let mut value: Value = serde_json::from_slice(raw).ok()?;
-        set_resource_version(&mut value, revision);
-        let bytes = Bytes::from(serde_json::to_vec(&value).ok()?);
+        let s = compact::stamp(raw, revision)?;
+        let intern = compact::interner();
         Some(Arc::new(CachedObject {
-            value,
-            bytes,
+            bytes: Bytes::from(s.bytes.into_boxed_slice()),
             revision,
+            name: s.name.into_boxed_str(),
+            namespace: intern.intern(&s.namespace),
+            labels: s
+                .labels
+                .iter()
+                .map(|(k, v)| (intern.intern(k), intern.intern(v)))
+                .collect(),
         }))
+    }
+
+    /// The cached form of an object value (served as is: its resourceVersion is not changed).
+    pub fn from_value(value: &Value, revision: Revision) -> Option<Arc<CachedObject>> {
+        let raw = serde_json::to_vec(value).ok()?;
+        let meta = |f: &str| {
+            value
+                .pointer(&format!("/metadata/{f}"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        let intern = compact::interner();
+        Some(Arc::new(CachedObject {
+            bytes: Bytes::from(raw.into_boxed_slice()),
+            revision,
+            name: meta("name").into(),
+            namespace: intern.intern(meta("namespace")),
+            labels: crate::objects::labels(value)
+                .iter()
+                .map(|(k, v)| (intern.intern(k), intern.intern(v)))
+                .collect(),
+        }))
+    }
+
+    /// The whole object, decoded from the bytes.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or(Value::Null)
+    }
+
+    /// The object as a typed value, decoded from the bytes.
+    pub fn typed<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_slice(&self.bytes).ok()
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// `metadata.labels` (string values).
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        self.labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub fn has_labels(&self) -> bool {
+        !self.labels.is_empty()
+    }
+
+    /// The bytes this object holds on the heap (for the history bound).
+    fn weight(&self) -> usize {
+        self.bytes.len() + self.name.len()
     }
 }
 
@@ -72,10 +153,34 @@ pub struct CacheEvent {
     pub prev: Option<Arc<CachedObject>>,
 }
 
+impl CacheEvent {
+    fn weight(&self) -> usize {
+        HISTORY_ENTRY_OVERHEAD + self.object.weight() + self.prev.as_ref().map_or(0, |p| p.weight())
+    }
+}
+
+/// How much watch history a resource keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryBound {
+    pub events: usize,
+    pub bytes: usize,
+}
+
+impl Default for HistoryBound {
+    fn default() -> Self {
+        HistoryBound {
+            events: HISTORY_EVENTS,
+            bytes: HISTORY_BYTES,
+        }
+    }
+}
+
 struct State {
     items: BTreeMap<String, Arc<CachedObject>>,
     /// Every recent event with the store key of its object, oldest first.
     history: VecDeque<(Arc<str>, Arc<CacheEvent>)>,
+    /// The sum of the history entries' weights.
+    history_bytes: usize,
     /// Watches may resume from any revision >= this one.
     oldest: Revision,
 }
@@ -84,6 +189,7 @@ struct State {
 pub struct ResourceCache {
     state: RwLock<State>,
     events: broadcast::Sender<Arc<CacheEvent>>,
+    bound: HistoryBound,
 }
 
 /// What a watch resuming from a revision gets: past events, then the live channel.
@@ -92,16 +198,77 @@ pub struct Subscription {
     pub live: broadcast::Receiver<Arc<CacheEvent>>,
 }
 
+/// One page of a list at a revision.
+#[derive(Debug)]
+pub struct Page {
+    /// The matching objects, in key order.
+    pub items: Vec<Arc<CachedObject>>,
+    /// When the snapshot holds objects after the last item: the last item's store key.
+    pub next: Option<String>,
+    /// How many objects of the snapshot follow the last item (only when asked for, and only
+    /// when there are some).
+    pub remaining: Option<usize>,
+}
+
+/// Why a page could not be served.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PageError<E> {
+    /// The history no longer reaches back to the revision; the oldest it does.
+    TooOld(Revision),
+    /// The predicate failed.
+    Filter(E),
+}
+
+/// The objects of a snapshot in key order: the current objects, with the state at the
+/// snapshot's revision of the keys changed since (`overlay`: `None` = absent then).
+fn merged<'a>(
+    current: impl Iterator<Item = (&'a String, &'a Arc<CachedObject>)> + 'a,
+    overlay: BTreeMap<&'a str, Option<&'a Arc<CachedObject>>>,
+) -> impl Iterator<Item = (&'a str, &'a Arc<CachedObject>)> + 'a {
+    let mut cur = current.map(|(k, v)| (k.as_str(), v)).peekable();
+    let mut ov = overlay.into_iter().peekable();
+    std::iter::from_fn(move || {
+        loop {
+            let take_overlay = match (cur.peek(), ov.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((ck, _)), Some((ok, _))) => {
+                    if ck == ok {
+                        cur.next();
+                        true
+                    } else {
+                        ok < ck
+                    }
+                }
+            };
+            if take_overlay {
+                match ov.next() {
+                    Some((k, Some(v))) => return Some((k, v)),
+                    _ => continue,
+                }
+            }
+            return cur.next();
+        }
+    })
+}
+
 impl ResourceCache {
     fn new(start: Revision) -> Self {
+        Self::with_bound(start, HistoryBound::default())
+    }
+
+    fn with_bound(start: Revision, bound: HistoryBound) -> Self {
         let (events, _) = broadcast::channel(4096);
         ResourceCache {
             state: RwLock::new(State {
                 items: BTreeMap::new(),
                 history: VecDeque::new(),
+                history_bytes: 0,
                 oldest: start,
             }),
             events,
+            bound,
         }
     }
 
@@ -109,7 +276,7 @@ impl ResourceCache {
     pub fn list(&self, prefix: &str) -> Vec<Arc<CachedObject>> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         st.items
-            .range(prefix.to_string()..)
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect()
@@ -132,23 +299,55 @@ impl ResourceCache {
             .len()
     }
 
+    /// The history's size: (events, bytes charged) and the oldest revision watches may resume
+    /// from.
+    pub fn history_size(&self) -> (usize, usize, Revision) {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        (st.history.len(), st.history_bytes, st.oldest)
+    }
+
     /// Every object under `prefix` as it was at revision `at`, in key order: the current objects
     /// with the changes made after `at` undone from the history (a consistent snapshot for paged
     /// lists, as etcd serves a range at a revision). `at` must be a revision the cache has
     /// applied; `Err(oldest)` when the history no longer reaches back to it.
     pub fn list_at(&self, prefix: &str, at: Revision) -> Result<Vec<Arc<CachedObject>>, Revision> {
+        match self.page(prefix, at, None, None, false, |_| Ok::<_, ()>(true)) {
+            Ok(p) => Ok(p.items),
+            Err(PageError::TooOld(r)) => Err(r),
+            Err(PageError::Filter(())) => Ok(Vec::new()),
+        }
+    }
+
+    /// One page of the list of `prefix` at revision `at`: the objects from key `start` on
+    /// (inclusive) for which `keep` holds, at most `limit` of them. Seeks to `start` in the
+    /// ordered index and stops after `limit` matches, so a page costs O(limit + changes since
+    /// `at` + skipped non-matching objects), not O(all objects). `count_remaining`: count the
+    /// snapshot's objects after the page (upstream's `remainingItemCount`, for unfiltered lists).
+    pub fn page<E>(
+        &self,
+        prefix: &str,
+        at: Revision,
+        start: Option<&str>,
+        limit: Option<usize>,
+        count_remaining: bool,
+        mut keep: impl FnMut(&CachedObject) -> Result<bool, E>,
+    ) -> Result<Page, PageError<E>> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         if at < st.oldest {
-            return Err(st.oldest);
+            return Err(PageError::TooOld(st.oldest));
         }
+        let lo = match start {
+            Some(s) if s > prefix => s,
+            _ => prefix,
+        };
         // Key -> its state at `at` (None: absent), for keys changed after `at`. Walking back
         // from the newest event, the earliest change after `at` is written last.
-        let mut overlay: HashMap<&str, Option<&Arc<CachedObject>>> = HashMap::new();
+        let mut overlay: BTreeMap<&str, Option<&Arc<CachedObject>>> = BTreeMap::new();
         for (key, ev) in st.history.iter().rev() {
             if ev.revision <= at {
                 break;
             }
-            if !key.starts_with(prefix) {
+            if !key.starts_with(prefix) || &**key < lo {
                 continue;
             }
             let before = match ev.kind {
@@ -159,21 +358,39 @@ impl ResourceCache {
         }
         let current = st
             .items
-            .range(prefix.to_string()..)
+            .range::<str, _>((Bound::Included(lo), Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix));
-        if overlay.is_empty() {
-            return Ok(current.map(|(_, v)| v.clone()).collect());
-        }
-        let mut out: BTreeMap<&str, &Arc<CachedObject>> = current
-            .filter(|(k, _)| !overlay.contains_key(k.as_str()))
-            .map(|(k, v)| (k.as_str(), v))
-            .collect();
-        for (k, v) in overlay {
-            if let Some(v) = v {
-                out.insert(k, v);
+        let mut all = merged(current, overlay);
+        let mut items = Vec::new();
+        let mut last_key = None;
+        let limit = limit.unwrap_or(usize::MAX);
+        if limit > 0 {
+            for (k, o) in all.by_ref() {
+                if keep(o).map_err(PageError::Filter)? {
+                    items.push(o.clone());
+                    if items.len() >= limit {
+                        last_key = Some(k);
+                        break;
+                    }
+                }
             }
         }
-        Ok(out.into_values().cloned().collect())
+        let (next, remaining) = match last_key {
+            None => (None, None),
+            Some(k) => {
+                if count_remaining {
+                    let n = all.count();
+                    ((n > 0).then(|| k.to_string()), (n > 0).then_some(n))
+                } else {
+                    (all.next().map(|_| k.to_string()), None)
+                }
+            }
+        };
+        Ok(Page {
+            items,
+            next,
+            remaining,
+        })
     }
 
     /// Subscribes to live events and snapshots the current objects under `prefix`, atomically.
@@ -185,7 +402,7 @@ impl ResourceCache {
         let live = self.events.subscribe();
         let items = st
             .items
-            .range(prefix.to_string()..)
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(_, v)| v.clone())
             .collect();
@@ -199,12 +416,9 @@ impl ResourceCache {
             return Err(st.oldest);
         }
         let live = self.events.subscribe();
-        let replay = st
-            .history
-            .iter()
-            .filter(|(_, e)| e.revision > after)
-            .map(|(_, e)| e.clone())
-            .collect();
+        // Events are in revision order: binary search the first one after `after`.
+        let from = st.history.partition_point(|(_, e)| e.revision <= after);
+        let replay = st.history.range(from..).map(|(_, e)| e.clone()).collect();
         Ok(Subscription { replay, live })
     }
 
@@ -216,13 +430,22 @@ impl ResourceCache {
                 st.items.remove(key);
             }
             _ => {
-                st.items.insert(key.to_string(), ev.object.clone());
+                if let Some(slot) = st.items.get_mut(key) {
+                    *slot = ev.object.clone();
+                } else {
+                    st.items.insert(key.to_string(), ev.object.clone());
+                }
             }
         }
+        st.history_bytes += ev.weight();
         st.history.push_back((Arc::from(key), ev.clone()));
-        if st.history.len() > HISTORY
-            && let Some((_, old)) = st.history.pop_front()
+        while st.history.len() > self.bound.events
+            || (st.history_bytes > self.bound.bytes && st.history.len() > 1)
         {
+            let Some((_, old)) = st.history.pop_front() else {
+                break;
+            };
+            st.history_bytes -= old.weight();
             st.oldest = old.revision;
         }
         // No receivers is fine.
@@ -552,11 +775,8 @@ mod tests {
             .iter()
             .map(|o| {
                 (
-                    o.value["metadata"]["name"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
-                    o.value["data"]["v"].as_u64().unwrap_or(0),
+                    o.name().to_string(),
+                    o.value()["data"]["v"].as_u64().unwrap_or(0),
                 )
             })
             .collect()
@@ -602,5 +822,209 @@ mod tests {
         put(&rc, "a", 1, 101);
         assert_eq!(rc.list_at("/registry/things/", 99).err(), Some(100));
         assert_eq!(names_at(&rc, 100), vec![]);
+    }
+
+    fn names(items: &[Arc<CachedObject>]) -> Vec<String> {
+        items.iter().map(|o| o.name().to_string()).collect()
+    }
+
+    /// Pages through the snapshot at `at` with `limit`, as a client following continue keys.
+    fn page_all(rc: &ResourceCache, at: Revision, limit: usize) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let p = rc
+                .page(
+                    "/registry/things/",
+                    at,
+                    start.as_deref(),
+                    Some(limit),
+                    true,
+                    |_| Ok::<_, ()>(true),
+                )
+                .expect("in history");
+            assert!(p.items.len() <= limit);
+            out.extend(p.items.iter().map(|o| {
+                (
+                    o.name().to_string(),
+                    o.value()["data"]["v"].as_u64().unwrap_or(0),
+                )
+            }));
+            match p.next {
+                // The continue token's start: the last key + "\0".
+                Some(k) => start = Some(format!("{k}\u{0}")),
+                None => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn pages_are_one_snapshot_across_concurrent_writes() {
+        let rc = ResourceCache::new(1);
+        for (i, n) in ["a", "b", "c", "d", "e", "f", "g"].iter().enumerate() {
+            put(&rc, n, 1, 2 + i as i64);
+        }
+        let at = 8;
+        let want = names_at(&rc, at);
+        // First page, then writes, then the rest: still the snapshot at 8.
+        let first = rc
+            .page("/registry/things/", at, None, Some(3), true, |_| {
+                Ok::<_, ()>(true)
+            })
+            .expect("page");
+        assert_eq!(names(&first.items), ["a", "b", "c"]);
+        assert_eq!(first.next.as_deref(), Some("/registry/things/c"));
+        assert_eq!(first.remaining, Some(4));
+        put(&rc, "d", 2, 9);
+        del(&rc, "e", 10);
+        put(&rc, "bb", 1, 11);
+        put(&rc, "h", 1, 12);
+        del(&rc, "a", 13);
+        put(&rc, "e", 5, 14);
+        assert_eq!(page_all(&rc, at, 3), want);
+        assert_eq!(page_all(&rc, at, 1), want);
+        assert_eq!(page_all(&rc, at, 100), want);
+        // The latest snapshot sees the writes.
+        let now: Vec<String> = page_all(&rc, 14, 2).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(now, ["b", "bb", "c", "d", "e", "f", "g", "h"]);
+    }
+
+    #[test]
+    fn page_filters_and_counts_without_a_filter_only() {
+        let rc = ResourceCache::new(1);
+        for i in 0..10 {
+            put(&rc, &format!("o{i}"), i, 2 + i64::from(i));
+        }
+        let odd =
+            |o: &CachedObject| Ok::<_, ()>(o.value()["data"]["v"].as_u64().unwrap_or(0) % 2 == 1);
+        let p = rc
+            .page("/registry/things/", 11, None, Some(2), false, odd)
+            .expect("page");
+        assert_eq!(names(&p.items), ["o1", "o3"]);
+        assert_eq!(p.next.as_deref(), Some("/registry/things/o3"));
+        assert_eq!(p.remaining, None);
+        // The last matching object ends the page; later non-matching ones still mean "more"
+        // (upstream: the continue token is set when the range has more keys).
+        let p = rc
+            .page(
+                "/registry/things/",
+                11,
+                Some("/registry/things/o7\u{0}"),
+                Some(1),
+                false,
+                odd,
+            )
+            .expect("page");
+        assert_eq!(names(&p.items), ["o9"]);
+        assert_eq!(p.next, None);
+        // A filter error ends the list.
+        let err = rc
+            .page("/registry/things/", 11, None, None, false, |_| {
+                Err::<bool, _>("bad")
+            })
+            .expect_err("filter error");
+        assert_eq!(err, PageError::Filter("bad"));
+        // The exact last page has no continue.
+        let p = rc
+            .page(
+                "/registry/things/",
+                11,
+                Some("/registry/things/o8\u{0}"),
+                Some(1),
+                true,
+                |_| Ok::<_, ()>(true),
+            )
+            .expect("page");
+        assert_eq!(names(&p.items), ["o9"]);
+        assert_eq!((p.next, p.remaining), (None, None));
+    }
+
+    #[test]
+    fn history_is_bounded_by_count_and_bytes_and_old_revisions_are_gone() {
+        let rc = ResourceCache::with_bound(
+            1,
+            HistoryBound {
+                events: 5,
+                bytes: usize::MAX,
+            },
+        );
+        for i in 0..20 {
+            put(&rc, "a", i, 2 + i64::from(i));
+        }
+        let (events, _, oldest) = rc.history_size();
+        assert_eq!(events, 5);
+        assert_eq!(oldest, 16);
+        assert!(rc.subscribe_from(15).is_err());
+        let sub = rc.subscribe_from(16).expect("in history");
+        assert_eq!(
+            sub.replay.iter().map(|e| e.revision).collect::<Vec<_>>(),
+            [17, 18, 19, 20, 21]
+        );
+        assert!(matches!(
+            rc.page("/registry/things/", 15, None, None, false, |_| Ok::<_, ()>(
+                true
+            )),
+            Err(PageError::TooOld(16))
+        ));
+
+        // By bytes: big objects push old events out long before the count bound.
+        let rc = ResourceCache::with_bound(
+            1,
+            HistoryBound {
+                events: 1000,
+                bytes: 10_000,
+            },
+        );
+        let big = "x".repeat(1000);
+        for i in 0..50i64 {
+            let raw = serde_json::json!({"metadata": {"name": "a"}, "data": {"v": i, "pad": big}});
+            let prev = rc.get("/registry/things/a");
+            rc.apply(
+                "/registry/things/a",
+                CacheEvent {
+                    kind: if prev.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    },
+                    revision: 2 + i,
+                    object: CachedObject::from_store(raw.to_string().as_bytes(), 2 + i)
+                        .expect("object"),
+                    prev,
+                },
+            );
+        }
+        let (events, bytes, oldest) = rc.history_size();
+        assert!(bytes <= 10_000, "{bytes}");
+        assert!((2..10).contains(&events), "{events}");
+        assert_eq!(oldest, 51 - events as i64);
+        assert!(rc.subscribe_from(oldest - 1).is_err());
+        assert!(rc.subscribe_from(oldest).is_ok());
+    }
+
+    #[test]
+    fn cached_objects_hold_bytes_and_compact_metadata() {
+        let raw = br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"ns","labels":{"app":"web","tier":"fe"},"resourceVersion":"3"},"spec":{"nodeName":"n1"}}"#;
+        let o = CachedObject::from_store(raw, 77).expect("object");
+        assert_eq!(o.name(), "p");
+        assert_eq!(o.namespace(), "ns");
+        assert_eq!(
+            o.labels().into_iter().collect::<Vec<_>>(),
+            [
+                ("app".to_string(), "web".to_string()),
+                ("tier".into(), "fe".into())
+            ]
+        );
+        let v = o.value();
+        assert_eq!(v["metadata"]["resourceVersion"], "77");
+        assert_eq!(v["spec"]["nodeName"], "n1");
+        // Exactly sized: no spare capacity kept per object.
+        assert_eq!(o.bytes.len(), raw.len() + 1);
+        // Label strings are shared between objects.
+        let o2 = CachedObject::from_store(raw, 78).expect("object");
+        assert!(Arc::ptr_eq(&o.labels[0].0, &o2.labels[0].0));
+        assert!(Arc::ptr_eq(&o.namespace, &o2.namespace));
+        assert!(CachedObject::from_store(b"[1]", 1).is_none());
+        assert!(CachedObject::from_store(b"{", 1).is_none());
     }
 }

@@ -131,11 +131,7 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
     let Some(rc) = api.cache.resource(&crd_res.prefix) else {
         return Ok(false);
     };
-    let mut crds: Vec<Value> = rc
-        .list(&crd_res.prefix)
-        .iter()
-        .map(|o| o.value.clone())
-        .collect();
+    let mut crds: Vec<Value> = rc.list(&crd_res.prefix).iter().map(|o| o.value()).collect();
     // Older CRDs keep their names when two ask for the same ones (upstream: first come).
     crds.sort_by(|a, b| {
         let ts = |v: &Value| {
@@ -187,6 +183,7 @@ pub async fn sync(server: &Server) -> Result<bool, ApiError> {
             Arc::new(Resource {
                 strategy: k as &'static dyn Strategy,
                 prefix,
+                as_stored: false,
             }),
         );
     }
@@ -304,17 +301,17 @@ async fn delete_orphaned(server: &Server, res: &Arc<Resource>) {
     };
     let q = Query::default();
     for o in rc.list(&res.prefix) {
-        if deleting(&o.value) {
+        let o_value = o.value();
+        if deleting(&o_value) {
             continue;
         }
-        let ns = o
-            .value
+        let ns = o_value
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or("");
         let gone = match ns_rc.get(&format!("/registry/namespaces/{ns}")) {
             None => true,
-            Some(n) => deleting(&n.value),
+            Some(n) => deleting(&n.value()),
         };
         if !gone {
             continue;
@@ -324,7 +321,7 @@ async fn delete_orphaned(server: &Server, res: &Arc<Resource>) {
             version: res.info().version.to_string(),
             namespace: Some(ns.to_string()),
             resource: res.info().plural.to_string(),
-            name: Some(name_of(&o.value).to_string()),
+            name: Some(name_of(&o_value).to_string()),
             subresource: None,
         };
         if let Err(e) = api.delete(res, &p, &q, None).await
@@ -333,7 +330,7 @@ async fn delete_orphaned(server: &Server, res: &Arc<Resource>) {
             tracing::debug!(
                 "deleting {} {ns}/{}: {}",
                 res.info().kind,
-                name_of(&o.value),
+                name_of(&o_value),
                 e.message
             );
         }
@@ -350,11 +347,11 @@ async fn delete_objects(server: &Server, res: &Arc<Resource>) -> usize {
     let objects = rc.list(&res.prefix);
     let q = Query::default();
     for o in &objects {
-        if deleting(&o.value) {
+        let o_value = o.value();
+        if deleting(&o_value) {
             continue;
         }
-        let ns = o
-            .value
+        let ns = o_value
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty() && res.info().namespaced)
@@ -364,7 +361,7 @@ async fn delete_objects(server: &Server, res: &Arc<Resource>) -> usize {
             version: res.info().version.to_string(),
             namespace: ns,
             resource: res.info().plural.to_string(),
-            name: Some(name_of(&o.value).to_string()),
+            name: Some(name_of(&o_value).to_string()),
             subresource: None,
         };
         if let Err(e) = api.delete(res, &p, &q, None).await
@@ -373,7 +370,7 @@ async fn delete_objects(server: &Server, res: &Arc<Resource>) -> usize {
             tracing::warn!(
                 "deleting {} {}: {}",
                 res.info().kind,
-                name_of(&o.value),
+                name_of(&o_value),
                 e.message
             );
         }
@@ -447,12 +444,7 @@ mod tests {
             .map(|rc| rc.list(prefix))
             .unwrap_or_default()
             .iter()
-            .map(|o| {
-                (
-                    super::name_of(&o.value).to_string(),
-                    o.value["v"].as_u64().unwrap_or(0),
-                )
-            })
+            .map(|o| (o.name().to_string(), o.value()["v"].as_u64().unwrap_or(0)))
             .collect()
     }
 

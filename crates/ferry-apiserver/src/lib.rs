@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod body;
 pub mod cache;
+pub mod compact;
 pub mod crd;
 pub mod discovery;
 pub mod eviction;

@@ -130,11 +130,17 @@ pub fn list_at(
 /// The continue token: upstream's shape (`{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`,
 /// base64), so the snapshot revision travels with the cursor.
 pub fn encode_continue(revision: Revision, last_key: &str) -> String {
+    encode_start(revision, &format!("{last_key}\u{0}"))
+}
+
+/// The `rv` of a continue token that continues at the latest revision (upstream: -1), handed
+/// out with the 410 of an expired token.
+pub const CONTINUE_LATEST: Revision = -1;
+
+fn encode_start(revision: Revision, start: &str) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
-        json!({"v": "meta.k8s.io/v1", "rv": revision, "start": format!("{last_key}\u{0}")})
-            .to_string(),
-    )
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(json!({"v": "meta.k8s.io/v1", "rv": revision, "start": start}).to_string())
 }
 
 /// Decodes a continue token into its revision and the key to start from (inclusive).
@@ -155,7 +161,7 @@ pub fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
     let revision = v
         .get("rv")
         .and_then(Value::as_i64)
-        .filter(|r| *r > 0)
+        .filter(|r| *r > 0 || *r == CONTINUE_LATEST)
         .ok_or_else(|| bad("incorrect encoded start resourceVersion (version meta.k8s.io/v1)"))?;
     let start = v
         .get("start")
@@ -168,9 +174,15 @@ pub fn decode_continue(token: &str) -> Result<(Revision, String), ApiError> {
 /// 410 for a list at a revision the cache no longer reaches back to.
 pub fn too_old(at: &ListAt) -> ApiError {
     match at {
-        ListAt::Continue { .. } => ApiError::expired(
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-        ),
+        // Upstream (etcd3 store): a fresh token at rv -1 continues from the same key at the
+        // latest revision.
+        ListAt::Continue { start, .. } => {
+            let mut e = ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+            );
+            e.continue_token = Some(encode_start(CONTINUE_LATEST, start));
+            e
+        }
         _ => ApiError::expired("The resourceVersion for the provided list is too old."),
     }
 }

@@ -11,6 +11,8 @@ pub struct ApiError {
     pub reason: &'static str,
     pub message: String,
     pub details: Option<Value>,
+    /// `metadata.continue` of the Status (an expired continue token's replacement).
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
@@ -20,6 +22,7 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
+            continue_token: None,
         }
     }
     pub fn with_details(mut self, details: Value) -> Self {
@@ -160,6 +163,9 @@ impl ApiError {
         });
         if let Some(d) = &self.details {
             s["details"] = d.clone();
+        }
+        if let Some(c) = &self.continue_token {
+            s["metadata"]["continue"] = json!(c);
         }
         // Upstream's shape: reason before details before code.
         reorder(s)

@@ -52,7 +52,7 @@ pub fn build(
     let include = q.get("includeObject").unwrap_or("Metadata");
     let rows: Vec<Value> = items
         .iter()
-        .map(|o| row(strategy, &o.value, include, v1beta1))
+        .map(|o| row(strategy, &o.value(), include, v1beta1))
         .collect();
     json!({
         "kind": "Table",

@@ -38,7 +38,9 @@ impl Ctx {
 
     fn encode_cached(&self, kind: &str, o: &CachedObject) -> Bytes {
         // A custom kind served in another version than stored, or with schema defaults.
-        if let Some(v) = self.res.strategy.on_read(&o.value) {
+        if !self.res.as_stored
+            && let Some(v) = self.res.strategy.on_read(&o.value())
+        {
             return self.encode(kind, &v);
         }
         if self.want == Want::Json {
@@ -51,11 +53,11 @@ impl Ctx {
             line.extend_from_slice(b"}\n");
             return Bytes::from(line);
         }
-        self.encode(kind, &o.value)
+        self.encode(kind, &o.value())
     }
 
     fn in_scope(&self, o: &CachedObject) -> bool {
-        let key_ns = crate::objects::namespace(&o.value);
+        let key_ns = o.namespace();
         if self.res.info().namespaced && self.prefix != self.res.prefix {
             let want_ns = self
                 .prefix
@@ -72,11 +74,11 @@ impl Ctx {
         if !self.in_scope(&ev.object) {
             return None;
         }
-        let now = self.filter.matches(&self.res, &ev.object.value);
+        let now = self.filter.matches_cached(&self.res, &ev.object);
         let before = ev
             .prev
             .as_ref()
-            .is_some_and(|p| self.filter.matches(&self.res, &p.value));
+            .is_some_and(|p| self.filter.matches_cached(&self.res, p));
         match ev.kind {
             EventType::Added => now.then(|| self.encode_cached("ADDED", &ev.object)),
             EventType::Deleted => {
@@ -197,7 +199,7 @@ pub async fn watch(
             }
             Start::Snapshot(items, live, rev) => {
                 for o in items {
-                    if ctx.filter.matches(&ctx.res, &o.value)
+                    if ctx.filter.matches_cached(&ctx.res, &o)
                         && tx.send(ctx.encode_cached("ADDED", &o)).await.is_err()
                     {
                         return;

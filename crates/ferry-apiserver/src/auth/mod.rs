@@ -139,10 +139,7 @@ impl Auth {
             return p.clone();
         }
         fn typed<T: DeserializeOwned>(items: &[Arc<crate::cache::CachedObject>]) -> Vec<T> {
-            items
-                .iter()
-                .filter_map(|o| serde_json::from_value(o.value.clone()).ok())
-                .collect()
+            items.iter().filter_map(|o| o.typed()).collect()
         }
         let policy = Arc::new(Policy::new(
             typed(&lists[0]),
@@ -289,7 +286,7 @@ pub fn admin_user() -> UserInfo {
 pub fn lookup(api: &Api, group: &str, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
     let res = api.resource(group, "v1", plural)?;
     let rc = api.cache.resource(&res.prefix)?;
-    rc.get(&res.key(ns, name)).map(|o| o.value.clone())
+    rc.get(&res.key(ns, name)).map(|o| o.value())
 }
 
 /// A 403 with upstream's message and details.

@@ -40,7 +40,7 @@ fn subscribe(api: &Api, plural: &str) -> Option<(Vec<Value>, Rx)> {
     let res = api.resource("", "v1", plural)?;
     let rc = api.cache.resource(&res.prefix)?;
     let (items, rx) = rc.snapshot_and_subscribe(&res.prefix);
-    Some((items.iter().map(|o| o.value.clone()).collect(), rx))
+    Some((items.iter().map(|o| o.value()).collect(), rx))
 }
 
 /// Applies the pending events of `rx` with `apply`; false when events were lost.
@@ -48,12 +48,11 @@ fn drain(rx: &mut Rx, mut apply: impl FnMut(&str, &str, Option<&Value>)) -> bool
     loop {
         match rx.try_recv() {
             Ok(ev) => {
-                let (ns, name) = ns_name(&ev.object.value);
-                let obj = match ev.kind {
+                let value = match ev.kind {
                     crate::cache::EventType::Deleted => None,
-                    _ => Some(&ev.object.value),
+                    _ => Some(ev.object.value()),
                 };
-                apply(ns, name, obj);
+                apply(ev.object.namespace(), ev.object.name(), value.as_ref());
             }
             Err(TryRecvError::Empty) => return true,
             Err(TryRecvError::Lagged(_)) | Err(TryRecvError::Closed) => return false,
