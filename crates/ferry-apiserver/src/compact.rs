@@ -260,11 +260,10 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::{Value, json};
 
+    type Fields = (Value, String, String, Vec<(String, String)>);
+
     /// The reference: parse, set `metadata.resourceVersion`, read the fields from the Value.
-    fn reference(
-        raw: &[u8],
-        revision: i64,
-    ) -> Option<(Value, String, String, Vec<(String, String)>)> {
+    fn reference(raw: &[u8], revision: i64) -> Option<Fields> {
         let mut v: Value = serde_json::from_slice(raw).ok()?;
         if !v.is_object() {
             return None;

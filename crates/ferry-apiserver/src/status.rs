@@ -10,7 +10,7 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// `metadata.continue` of the Status (an expired continue token's replacement).
     pub continue_token: Option<String>,
 }
@@ -26,7 +26,7 @@ impl ApiError {
         }
     }
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -162,7 +162,7 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(d) = &self.details {
-            s["details"] = d.clone();
+            s["details"] = (**d).clone();
         }
         if let Some(c) = &self.continue_token {
             s["metadata"]["continue"] = json!(c);
