@@ -4,7 +4,7 @@
 //! hands it to the data path. Health turns bad only when a recorded change has waited longer
 //! than the health timeout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,16 +28,127 @@ pub enum Kind {
     Node,
 }
 
-/// The projected objects, as the watches report them.
+/// The projected objects, as the watches report them. Writers go through [`State::put_service`],
+/// [`State::put_slice`] and [`State::put_node`], which record what changed (kube-proxy's
+/// `ServiceChangeTracker` / `EndpointsChangeTracker`): the kernel proxy then renders only the
+/// Services touched since its last sync.
 #[derive(Debug, Default)]
 pub struct State {
     pub services: BTreeMap<Key, ServiceInfo>,
     pub slices: BTreeMap<Key, SliceInfo>,
     pub nodes: BTreeMap<String, NodeInfo>,
+    /// Service key -> names of its EndpointSlices (kept by [`State::put_slice`]).
+    slice_index: BTreeMap<Key, BTreeSet<String>>,
+    dirty: Changes,
+    /// Bumped by every recorded change (a write that bypasses the `put_*` methods is seen by
+    /// [`Tracker::update`] and marks everything changed).
+    marks: u64,
     pending_since: Option<Instant>,
     synced_services: bool,
     synced_slices: bool,
     synced_nodes: bool,
+}
+
+/// What changed since the last [`Tracker::take_changes`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Everything may have changed (a Node changed: topology; an untracked write).
+    pub all: bool,
+    /// The Services (namespace, name) whose Service or EndpointSlices changed.
+    pub services: BTreeSet<Key>,
+}
+
+impl State {
+    /// Records a Service (`None`: deleted); true when its projection changed.
+    pub fn put_service(&mut self, key: Key, info: Option<ServiceInfo>) -> bool {
+        let changed = match info {
+            Some(v) if self.services.get(&key) == Some(&v) => false,
+            Some(v) => {
+                self.services.insert(key.clone(), v);
+                true
+            }
+            None => self.services.remove(&key).is_some(),
+        };
+        if changed {
+            self.marks += 1;
+            self.dirty.services.insert(key);
+        }
+        changed
+    }
+
+    /// Records an EndpointSlice (`None`: deleted); true when its projection changed. The
+    /// Services it belonged to and belongs to now are marked changed.
+    pub fn put_slice(&mut self, key: Key, info: Option<SliceInfo>) -> bool {
+        if info.is_some() && self.slices.get(&key) == info.as_ref() {
+            return false;
+        }
+        let old = match info {
+            Some(v) => {
+                let svc = (v.namespace.clone(), v.service.clone());
+                let old = self.slices.insert(key.clone(), v);
+                self.slice_index
+                    .entry(svc.clone())
+                    .or_default()
+                    .insert(key.1.clone());
+                self.dirty.services.insert(svc);
+                old
+            }
+            None => self.slices.remove(&key),
+        };
+        let changed = match old {
+            Some(o) => {
+                let svc = (o.namespace, o.service);
+                let now = self.slices.get(&key).map(|s| (&s.namespace, &s.service));
+                if now != Some((&svc.0, &svc.1))
+                    && let Some(names) = self.slice_index.get_mut(&svc)
+                {
+                    names.remove(&key.1);
+                    if names.is_empty() {
+                        self.slice_index.remove(&svc);
+                    }
+                }
+                self.dirty.services.insert(svc);
+                true
+            }
+            None => self.slices.contains_key(&key),
+        };
+        if changed {
+            self.marks += 1;
+        }
+        changed
+    }
+
+    /// Records a Node (`None`: deleted); true when its projection changed. Node labels feed
+    /// topology, so every Service counts as changed.
+    pub fn put_node(&mut self, name: String, info: Option<NodeInfo>) -> bool {
+        let changed = match info {
+            Some(n) if self.nodes.get(&name) == Some(&n) => false,
+            Some(n) => {
+                self.nodes.insert(name, n);
+                true
+            }
+            None => self.nodes.remove(&name).is_some(),
+        };
+        if changed {
+            self.marks += 1;
+            self.dirty.all = true;
+        }
+        changed
+    }
+
+    /// The EndpointSlices of Service `namespace/name` (through the index: no scan).
+    pub fn slices_of<'a>(
+        &'a self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Iterator<Item = (&'a Key, &'a SliceInfo)> + 'a {
+        let ns = namespace.to_string();
+        self.slice_index
+            .get(&(namespace.to_string(), name.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(move |n| self.slices.get_key_value(&(ns.clone(), n.clone())))
+    }
 }
 
 /// Shared between the watches (writers) and the sync loop (reader).
@@ -66,7 +177,12 @@ impl Tracker {
     pub fn update(&self, f: impl FnOnce(&mut State) -> bool) -> bool {
         let changed = {
             let mut st = self.lock();
+            let marks = st.marks;
             let changed = f(&mut st);
+            if changed && st.marks == marks {
+                // Written around the `put_*` methods: what changed is unknown.
+                st.dirty.all = true;
+            }
             if changed && st.pending_since.is_none() {
                 st.pending_since = Some(Instant::now());
             }
@@ -108,6 +224,15 @@ impl Tracker {
         let mut st = self.lock();
         st.pending_since = None;
         f(&st)
+    }
+
+    /// Like [`Tracker::take`], also handing over (and clearing) what changed since the last
+    /// call.
+    pub fn take_changes<R>(&self, f: impl FnOnce(&State, Changes) -> R) -> R {
+        let mut st = self.lock();
+        st.pending_since = None;
+        let ch = std::mem::take(&mut st.dirty);
+        f(&st, ch)
     }
 
     /// How long the oldest unapplied change has waited (before the first sync: since start).
@@ -193,6 +318,8 @@ pub async fn run(
         let table = {
             let mut st = tracker.lock();
             st.pending_since = None;
+            // The userspace data path rebuilds its table whole.
+            st.dirty = Changes::default();
             let ctx = node_context(&st, &cfg);
             table::build(&st.services, &st.slices, &st.nodes, &ctx)
         };
@@ -251,6 +378,75 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         t.update(|_| true);
         assert!(t.pending_for().unwrap() > first, "the oldest change counts");
+    }
+
+    fn slice(ns: &str, name: &str, svc: &str, ip: &str) -> SliceInfo {
+        SliceInfo {
+            namespace: ns.into(),
+            name: name.into(),
+            service: svc.into(),
+            ports: vec![],
+            endpoints: vec![crate::model::EndpointInfo {
+                ip: ip.parse().unwrap(),
+                ready: true,
+                serving: true,
+                terminating: false,
+                node_name: None,
+                zone: None,
+                hint_zones: None,
+                topology: BTreeMap::new(),
+            }],
+        }
+    }
+
+    fn key(ns: &str, n: &str) -> Key {
+        (ns.to_string(), n.to_string())
+    }
+
+    #[test]
+    fn changes_name_the_services_touched() {
+        let t = Tracker::default();
+        let svc = |n: &str| ServiceInfo {
+            namespace: "ns".into(),
+            name: n.into(),
+            ..ServiceInfo::default()
+        };
+        assert!(t.update(|st| st.put_service(key("ns", "a"), Some(svc("a")))));
+        assert!(!t.update(|st| st.put_service(key("ns", "a"), Some(svc("a")))));
+        assert!(t.update(|st| {
+            st.put_slice(key("ns", "a-1"), Some(slice("ns", "a-1", "b", "10.0.0.1")))
+        }));
+        let ch = t.take_changes(|st, ch| {
+            assert_eq!(st.slices_of("ns", "b").count(), 1);
+            ch
+        });
+        assert!(!ch.all);
+        assert_eq!(ch.services, [key("ns", "a"), key("ns", "b")].into());
+        assert_eq!(t.take_changes(|_, ch| ch), Changes::default(), "taken once");
+        // A slice moving to another Service touches both; the index follows.
+        t.update(|st| st.put_slice(key("ns", "a-1"), Some(slice("ns", "a-1", "c", "10.0.0.1"))));
+        let ch = t.take_changes(|st, ch| {
+            assert_eq!(st.slices_of("ns", "b").count(), 0);
+            assert_eq!(st.slices_of("ns", "c").count(), 1);
+            ch
+        });
+        assert_eq!(ch.services, [key("ns", "b"), key("ns", "c")].into());
+        // Deleting touches the Service it belonged to.
+        assert!(t.update(|st| st.put_slice(key("ns", "a-1"), None)));
+        assert!(!t.update(|st| st.put_slice(key("ns", "a-1"), None)));
+        let ch = t.take_changes(|st, ch| {
+            assert_eq!(st.slices_of("ns", "c").count(), 0);
+            ch
+        });
+        assert_eq!(ch.services, [key("ns", "c")].into());
+        // Nodes (topology) and writes around the put methods change everything.
+        t.update(|st| st.put_node("n".into(), Some(NodeInfo::default())));
+        assert!(t.take_changes(|_, ch| ch).all);
+        t.update(|st| {
+            st.services.insert(key("ns", "z"), svc("z"));
+            true
+        });
+        assert!(t.take_changes(|_, ch| ch).all);
     }
 
     #[test]

@@ -30,20 +30,6 @@ pub trait Watched: Resource + Clone + DeserializeOwned + Debug + Send + Sync + '
     fn keys(st: &State) -> Vec<Key>;
 }
 
-fn put<V: PartialEq>(map: &mut std::collections::BTreeMap<Key, V>, k: Key, v: Option<V>) -> bool {
-    match v {
-        Some(v) => {
-            if map.get(&k) == Some(&v) {
-                false
-            } else {
-                map.insert(k, v);
-                true
-            }
-        }
-        None => map.remove(&k).is_some(),
-    }
-}
-
 /// Services are watched untyped so that `spec.topologyKeys` (not in the typed spec) is seen.
 impl Watched for DynamicObject {
     const KIND: Kind = Kind::Service;
@@ -53,10 +39,10 @@ impl Watched for DynamicObject {
             let typed: Service = serde_json::from_value(raw.clone()).ok()?;
             project_service(&typed, Some(raw))
         });
-        put(&mut st.services, self.key(), info)
+        st.put_service(self.key(), info)
     }
     fn remove(st: &mut State, key: &Key) -> bool {
-        st.services.remove(key).is_some()
+        st.put_service(key.clone(), None)
     }
     fn keys(st: &State) -> Vec<Key> {
         st.services.keys().cloned().collect()
@@ -66,10 +52,10 @@ impl Watched for DynamicObject {
 impl Watched for EndpointSlice {
     const KIND: Kind = Kind::EndpointSlice;
     fn upsert(&self, st: &mut State) -> bool {
-        put(&mut st.slices, self.key(), project_slice(self))
+        st.put_slice(self.key(), project_slice(self))
     }
     fn remove(st: &mut State, key: &Key) -> bool {
-        st.slices.remove(key).is_some()
+        st.put_slice(key.clone(), None)
     }
     fn keys(st: &State) -> Vec<Key> {
         st.slices.keys().cloned().collect()
@@ -80,17 +66,10 @@ impl Watched for Node {
     const KIND: Kind = Kind::Node;
     fn upsert(&self, st: &mut State) -> bool {
         let name = self.name_any();
-        match project_node(self) {
-            Some(n) if st.nodes.get(&name) == Some(&n) => false,
-            Some(n) => {
-                st.nodes.insert(name, n);
-                true
-            }
-            None => st.nodes.remove(&name).is_some(),
-        }
+        st.put_node(name, project_node(self))
     }
     fn remove(st: &mut State, key: &Key) -> bool {
-        st.nodes.remove(&key.1).is_some()
+        st.put_node(key.1.clone(), None)
     }
     fn keys(st: &State) -> Vec<Key> {
         st.nodes

@@ -85,6 +85,11 @@ pub struct SyncStats {
     /// Of `took`, the time spent sending to the kernel and waiting for its answer (the
     /// netlink batch, or the `nft` / `iptables-restore` process).
     pub kernel: Duration,
+    /// Of `kernel`, a whole-table write split in two: the `nft -f` transaction with the
+    /// table's structure (chains, rules, empty sets), and the netlink batch with every
+    /// element. Zero otherwise.
+    pub structure: Duration,
+    pub elements: Duration,
 }
 
 /// The command prefix that runs a command in network namespace `netns`.
@@ -171,14 +176,14 @@ impl NftApplier {
             took: started.elapsed(),
             netlink,
             kernel,
+            ..SyncStats::default()
         })
     }
 
-    /// Sends element-only operations over netlink; `Ok(false)` when that path is unavailable.
-    /// `cur` gives the set kinds (any state holding the sets the operations touch).
-    fn try_netlink(&mut self, cur: &Ruleset, ops: &[nft::Op]) -> Result<bool, ApplyError> {
-        if !self.use_netlink || !netlink::elements_only(ops) {
-            return Ok(false);
+    /// The netlink socket, opened at the first use; `None` when netlink is unavailable.
+    fn socket(&mut self) -> Option<&mut NlSocket> {
+        if !self.use_netlink {
+            return None;
         }
         if matches!(self.fast, Fast::Untried) {
             self.fast = match NlSocket::open(self.netns.as_deref()) {
@@ -189,7 +194,79 @@ impl NftApplier {
                 }
             };
         }
-        let Fast::Netlink(sock) = &mut self.fast else {
+        match &mut self.fast {
+            Fast::Netlink(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Writes the whole table into a namespace where it does not exist yet, in two
+    /// transactions: the structure through `nft -f` (a few dozen chains and empty maps,
+    /// whatever the number of Services), then every element in one netlink batch. Parsing
+    /// tens of thousands of elements is what makes `nft -f` slow; the kernel takes them
+    /// encoded far faster. Until the second transaction the new table matches nothing it
+    /// would not match anyway (its maps are empty and no Service was served here before).
+    /// `Ok(None)`: not applicable (no netlink, or the table exists: replacing it must stay
+    /// one atomic transaction), the caller writes the whole table through `nft -f`.
+    fn write_fresh(&mut self, desired: &Ruleset) -> Result<Option<SyncStats>, ApplyError> {
+        let table = self.table.clone();
+        let Some(sock) = self.socket() else {
+            return Ok(None);
+        };
+        match sock.table_exists(&table) {
+            Ok(false) => {}
+            Ok(true) => return Ok(None),
+            Err(e) => {
+                tracing::debug!("nftables table lookup over netlink: {e}");
+                return Ok(None);
+            }
+        }
+        let (elements, structure): (Vec<nft::Op>, Vec<nft::Op>) =
+            nft::diff(&Ruleset::default(), desired)
+                .into_iter()
+                .partition(|o| matches!(o, nft::Op::AddElements(..)));
+        let mut script =
+            format!("add table inet {table}\ndelete table inet {table}\nadd table inet {table}\n");
+        script.push_str(&nft::render_ops(&table, &structure));
+        let t = Instant::now();
+        run(&self.prefix, &["nft", "-f", "-"], Some(&script))?;
+        let structure_t = t.elapsed();
+        let t = Instant::now();
+        if !elements.is_empty() {
+            let kinds: BTreeMap<String, nft::SetKind> = desired
+                .sets
+                .iter()
+                .filter_map(|(n, s)| s.kind.clone().map(|k| (n.clone(), k)))
+                .collect();
+            let Some(sock) = self.socket() else {
+                return Ok(None);
+            };
+            if let Err(e) = sock.apply(&table, &kinds, &elements) {
+                // The structure is in place: the caller's `nft -f` replaces it whole.
+                tracing::info!("nftables elements over netlink failed, using nft: {e}");
+                return Ok(None);
+            }
+        }
+        let elements_t = t.elapsed();
+        Ok(Some(SyncStats {
+            full: true,
+            ops: 1,
+            took: Duration::ZERO,
+            netlink: true,
+            kernel: structure_t + elements_t,
+            structure: structure_t,
+            elements: elements_t,
+        }))
+    }
+
+    /// Sends element-only operations over netlink; `Ok(false)` when that path is unavailable.
+    /// `cur` gives the set kinds (any state holding the sets the operations touch).
+    fn try_netlink(&mut self, cur: &Ruleset, ops: &[nft::Op]) -> Result<bool, ApplyError> {
+        if !netlink::elements_only(ops) {
+            return Ok(false);
+        }
+        let table = self.table.clone();
+        let Some(sock) = self.socket() else {
             return Ok(false);
         };
         let kinds: BTreeMap<String, nft::SetKind> = cur
@@ -197,12 +274,12 @@ impl NftApplier {
             .iter()
             .filter_map(|(n, s)| s.kind.clone().map(|k| (n.clone(), k)))
             .collect();
-        let (bytes, _) = netlink::encode_batch(&self.table, &kinds, ops, 0);
+        let (bytes, _) = netlink::encode_batch(&table, &kinds, ops, 0);
         if bytes.len() > netlink::MAX_BATCH {
             return Ok(false);
         }
         let t = Instant::now();
-        sock.apply(&self.table, &kinds, ops)
+        sock.apply(&table, &kinds, ops)
             .map_err(|e| ApplyError::Failed {
                 cmd: "netlink batch".into(),
                 stderr: e.to_string(),
@@ -229,7 +306,14 @@ impl NftApplier {
     pub fn sync(&mut self, desired: &Ruleset) -> Result<SyncStats, ApplyError> {
         let started = Instant::now();
         let (script, full, ops) = match self.current.take() {
-            None => (nft::render_full(&self.table, desired), true, 1),
+            None => {
+                if let Some(mut st) = self.write_fresh(desired)? {
+                    self.current = Some(desired.clone());
+                    st.took = started.elapsed();
+                    return Ok(st);
+                }
+                (nft::render_full(&self.table, desired), true, 1)
+            }
             Some(cur) => {
                 let ops = nft::diff(&cur, desired);
                 if ops.is_empty() {
@@ -244,6 +328,7 @@ impl NftApplier {
                         took: started.elapsed(),
                         netlink: true,
                         kernel: self.last_kernel,
+                        ..SyncStats::default()
                     });
                 }
                 (nft::render_ops(&self.table, &ops), false, ops.len())
@@ -259,6 +344,7 @@ impl NftApplier {
             took: started.elapsed(),
             netlink: false,
             kernel,
+            ..SyncStats::default()
         })
     }
 

@@ -16,6 +16,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::input::SvcPort;
 use super::nft::{self, Chain, Key, NftConfig, Op, Ruleset, Set, SetKind, Value};
 
+/// A Service's key: (namespace, name).
+pub type SvcKey = (String, String);
+
 /// What one Service adds to the skeleton.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Fragment {
@@ -408,7 +411,6 @@ impl Incremental {
     /// Brings the desired state to `ports` (the whole kernel input, as
     /// [`super::input::build`] orders it) and returns the operations that get there.
     pub fn update(&mut self, ports: &[SvcPort]) -> Update {
-        let was_conflicted = !self.conflicts.is_empty();
         let (changed, removed) = self.changes(ports);
         let rendered = changed.len() + removed.len();
         if !self.primed {
@@ -439,19 +441,93 @@ impl Incremental {
                 whole: false,
             };
         }
+        let ch: Vec<(SvcKey, Vec<SvcPort>)> = changed
+            .into_iter()
+            .map(|g| {
+                (
+                    (g[0].name.namespace.clone(), g[0].name.name.clone()),
+                    g.to_vec(),
+                )
+            })
+            .chain(removed.into_iter().map(|k| (k, Vec::new())))
+            .collect();
+        self.apply_changes(ch, Some(ports))
+    }
+
+    /// Like [`Incremental::update`], given only the Services that may have changed: each with
+    /// its whole kernel input (as [`super::input::build`] orders it; empty: the Service is
+    /// gone). Costs what those Services touch, whatever the number of Services (except while
+    /// two Services claim the same map key, when the whole table is rendered and diffed).
+    pub fn update_services(&mut self, changes: Vec<(SvcKey, Vec<SvcPort>)>) -> Update {
+        let changes: Vec<(SvcKey, Vec<SvcPort>)> = changes
+            .into_iter()
+            .filter(|(k, p)| match self.services.get(k) {
+                Some((old, _)) => old != p,
+                None => !p.is_empty(),
+            })
+            .collect();
+        if !self.primed {
+            let rendered = changes.len();
+            for (key, g) in changes {
+                if let Some((_, old)) = self.services.remove(&key) {
+                    self.contribute(&old, false, None);
+                }
+                if !g.is_empty() {
+                    let frag = Fragment::of(
+                        nft::render_on(&g, &self.cfg, &self.skeleton),
+                        &self.skeleton,
+                    );
+                    self.contribute(&frag, true, None);
+                    self.services.insert(key, (g, frag));
+                }
+            }
+            self.recount_conflicts();
+            self.state = nft::render(&self.all_ports(), &self.cfg);
+            self.primed = true;
+            return Update {
+                ops: Vec::new(),
+                full: true,
+                rendered,
+                whole: false,
+            };
+        }
+        self.apply_changes(changes, None)
+    }
+
+    /// The stored kernel input of one Service (empty when unknown).
+    pub fn ports_of(&self, key: &SvcKey) -> &[SvcPort] {
+        self.services.get(key).map_or(&[], |(p, _)| p.as_slice())
+    }
+
+    /// The whole stored kernel input, in [`super::input::build`]'s order.
+    pub fn all_ports(&self) -> Vec<SvcPort> {
+        self.services
+            .values()
+            .flat_map(|(p, _)| p.iter().cloned())
+            .collect()
+    }
+
+    /// Replaces the Services `changes` name (primed state); `whole` is the whole input when
+    /// the caller has it (else it is put together from the stored Services when needed).
+    fn apply_changes(
+        &mut self,
+        changes: Vec<(SvcKey, Vec<SvcPort>)>,
+        whole_input: Option<&[SvcPort]>,
+    ) -> Update {
+        let was_conflicted = !self.conflicts.is_empty();
+        let rendered = changes.len();
         let mut touched = BTreeSet::new();
-        for g in changed {
-            let key = (g[0].name.namespace.clone(), g[0].name.name.clone());
-            let frag = Fragment::of(nft::render_on(g, &self.cfg, &self.skeleton), &self.skeleton);
+        for (key, g) in changes {
             if let Some((_, old)) = self.services.remove(&key) {
                 self.contribute(&old, false, Some(&mut touched));
             }
-            self.contribute(&frag, true, Some(&mut touched));
-            self.services.insert(key, (g.to_vec(), frag));
-        }
-        for k in removed {
-            if let Some((_, old)) = self.services.remove(&k) {
-                self.contribute(&old, false, Some(&mut touched));
+            if !g.is_empty() {
+                let frag = Fragment::of(
+                    nft::render_on(&g, &self.cfg, &self.skeleton),
+                    &self.skeleton,
+                );
+                self.contribute(&frag, true, Some(&mut touched));
+                self.services.insert(key, (g, frag));
             }
         }
         let old_sub = if self.primed {
@@ -506,7 +582,10 @@ impl Incremental {
         if !self.conflicts.is_empty() || was_conflicted {
             // The first claim wins: only a whole render knows which (and, leaving a conflict,
             // the state had the whole render's, not the union's).
-            let whole = nft::render(ports, &self.cfg);
+            let whole = match whole_input {
+                Some(p) => nft::render(p, &self.cfg),
+                None => nft::render(&self.all_ports(), &self.cfg),
+            };
             let ops = if primed {
                 nft::diff(&self.restore(&old_sub, &touched), &whole)
             } else {

@@ -189,3 +189,29 @@ pub fn build(
     }
     (out, t)
 }
+
+/// The kernel input of the Services `keys` alone (a Service that is gone gives no ports), with
+/// their part of the service table: what [`build`] gives for them, at a cost that depends on
+/// those Services only (their EndpointSlices are found through the state's index). A
+/// Service's ports depend on nothing of the other Services.
+pub fn build_services<'k>(
+    st: &crate::sync::State,
+    keys: impl IntoIterator<Item = &'k (String, String)>,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+) -> Vec<((String, String), Vec<SvcPort>, table::Table)> {
+    let mut out = Vec::new();
+    for key in keys {
+        let mut services = BTreeMap::new();
+        let mut slices = BTreeMap::new();
+        if let Some(svc) = st.services.get(key) {
+            services.insert(key.clone(), svc.clone());
+            for (k, s) in st.slices_of(&key.0, &key.1) {
+                slices.insert(k.clone(), s.clone());
+            }
+        }
+        let (ports, t) = build(&services, &slices, &st.nodes, node, labels);
+        out.push((key.clone(), ports, t));
+    }
+    out
+}

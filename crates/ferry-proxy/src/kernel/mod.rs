@@ -133,6 +133,14 @@ enum Applier {
     Ipt(apply::IptApplier),
 }
 
+/// What one sync hands to the applier.
+enum Input {
+    /// The Services that may have changed, each with its whole kernel input (empty: gone).
+    Services(Vec<(incr::SvcKey, Vec<input::SvcPort>)>),
+    /// The whole kernel input (the iptables mode writes everything each time).
+    All(Vec<input::SvcPort>),
+}
+
 impl Applier {
     fn new(args: &ProxyArgs) -> Result<Applier> {
         let prefix = args.kernel.prefix();
@@ -163,14 +171,22 @@ impl Applier {
         })
     }
 
+    /// Does this applier need the whole input at every sync?
+    fn wants_all(&self) -> bool {
+        matches!(self, Applier::Ipt(_))
+    }
+
     fn sync(
         &mut self,
-        ports: &[input::SvcPort],
+        input: Input,
         args: &ProxyArgs,
     ) -> Result<apply::SyncStats, apply::ApplyError> {
         match self {
             Applier::Nft(a, inc) => {
-                let u = inc.update(ports);
+                let u = match input {
+                    Input::Services(ch) => inc.update_services(ch),
+                    Input::All(ports) => inc.update(&ports),
+                };
                 let r = if u.full {
                     a.invalidate();
                     a.sync(inc.state())
@@ -183,7 +199,13 @@ impl Applier {
                 }
                 r
             }
-            Applier::Ipt(a) => a.sync(ports, &ipt_config(args)),
+            Applier::Ipt(a) => match input {
+                Input::All(ports) => a.sync(&ports, &ipt_config(args)),
+                Input::Services(_) => Err(apply::ApplyError::Failed {
+                    cmd: "iptables sync".into(),
+                    stderr: "the iptables mode needs the whole input".into(),
+                }),
+            },
         }
     }
 
@@ -301,13 +323,12 @@ pub async fn start(
         ),
         None => None,
     };
-    let applier = Applier::new(args)?;
+    let syncer = Syncer::new(args, &node_name)?;
     let mut tasks = crate::watch::spawn(client, tracker.clone());
     tasks.push(tokio::spawn(sync_loop(
         tracker,
-        applier,
+        syncer,
         args.clone(),
-        node_name.clone(),
         status_tx,
         cancel.clone(),
     )));
@@ -321,11 +342,221 @@ pub async fn start(
     })
 }
 
+/// The loop's view of the kernel input, per Service, kept up to date from the tracker's
+/// change sets: a sync touches only the Services that changed.
+#[derive(Default)]
+struct Known {
+    ports: BTreeMap<incr::SvcKey, Vec<input::SvcPort>>,
+    tables: BTreeMap<incr::SvcKey, crate::table::Table>,
+    /// Services with a `healthCheckNodePort`.
+    hc: BTreeSet<incr::SvcKey>,
+}
+
+/// One sync's worth of work, from [`Known::apply`].
+struct Step {
+    changes: Vec<(incr::SvcKey, Vec<input::SvcPort>)>,
+    stale: Vec<apply::StaleUdp>,
+    hc_changed: bool,
+}
+
+impl Known {
+    /// Records the rebuilt Services; returns the changes with the UDP flows they end. Pure.
+    fn apply(
+        &mut self,
+        built: Vec<(incr::SvcKey, Vec<input::SvcPort>, crate::table::Table)>,
+    ) -> Step {
+        let mut old = Vec::new();
+        let mut new = Vec::new();
+        let mut changes = Vec::new();
+        let mut hc_changed = false;
+        for (key, ports, table) in built {
+            let prev = self.ports.remove(&key).unwrap_or_default();
+            if prev == ports {
+                if !ports.is_empty() {
+                    self.ports.insert(key.clone(), prev);
+                    self.tables.insert(key, table);
+                }
+                continue;
+            }
+            let had_hc = self.hc.remove(&key);
+            let has_hc = ports.iter().any(|p| p.health_check_node_port.is_some());
+            hc_changed |= had_hc || has_hc;
+            if has_hc {
+                self.hc.insert(key.clone());
+            }
+            old.extend(prev);
+            new.extend(ports.iter().cloned());
+            if ports.is_empty() {
+                self.tables.remove(&key);
+            } else {
+                self.ports.insert(key.clone(), ports.clone());
+                self.tables.insert(key.clone(), table);
+            }
+            changes.push((key, ports));
+        }
+        Step {
+            changes,
+            stale: apply::stale_udp(&old, &new),
+            hc_changed,
+        }
+    }
+
+    fn all_ports(&self) -> Vec<input::SvcPort> {
+        self.ports.values().flatten().cloned().collect()
+    }
+
+    fn hc_targets(&self) -> BTreeMap<u16, healthcheck::HcTarget> {
+        let ports: Vec<input::SvcPort> = self
+            .hc
+            .iter()
+            .filter_map(|k| self.ports.get(k))
+            .flatten()
+            .cloned()
+            .collect();
+        healthcheck::targets(&ports)
+    }
+
+    /// The whole service table (what [`input::build`] gives).
+    fn table(&self) -> crate::table::Table {
+        let mut t = crate::table::Table::default();
+        for st in self.tables.values() {
+            t.pools
+                .extend(st.pools.iter().map(|(k, v)| (k.clone(), v.clone())));
+            for (f, k) in &st.frontends {
+                t.frontends.entry(*f).or_insert_with(|| k.clone());
+            }
+        }
+        t
+    }
+}
+
+/// What one [`Syncer::step`] did.
+#[derive(Debug, Default)]
+pub struct StepReport {
+    /// Every Service was rebuilt (the first sync, a Node changed).
+    pub full: bool,
+    /// Services whose kernel input changed.
+    pub changed: usize,
+    /// The health check ports may have changed.
+    pub hc_changed: bool,
+    pub result: Option<Result<apply::SyncStats, apply::ApplyError>>,
+}
+
+/// The kernel proxy's sync, one step at a time (the sync loop runs it on a blocking
+/// thread): take what changed from the tracker, rebuild those Services' input, hand them to
+/// the incremental renderer and the applier, flush the UDP flows that lost their endpoint.
+pub struct Syncer {
+    applier: Applier,
+    known: Known,
+    args: Arc<ProxyArgs>,
+    node: String,
+    first: bool,
+    pending_stale: Vec<apply::StaleUdp>,
+}
+
+impl Syncer {
+    pub fn new(args: &ProxyArgs, node: &str) -> Result<Syncer> {
+        Ok(Syncer {
+            applier: Applier::new(args)?,
+            known: Known::default(),
+            args: Arc::new(args.clone()),
+            node: node.to_string(),
+            first: true,
+            pending_stale: Vec::new(),
+        })
+    }
+
+    /// One sync: the Services changed since the last step (all of them at the first).
+    pub fn step(&mut self, tracker: &Tracker) -> StepReport {
+        let node = &self.node;
+        let known = &self.known;
+        let first = self.first;
+        let (full, built) = tracker.take_changes(|st, ch| {
+            let labels = st
+                .nodes
+                .get(node)
+                .map(|n| n.labels.clone())
+                .unwrap_or_default();
+            if first || ch.all {
+                let keys: BTreeSet<incr::SvcKey> = st
+                    .services
+                    .keys()
+                    .chain(known.ports.keys())
+                    .cloned()
+                    .collect();
+                (true, input::build_services(st, &keys, node, &labels))
+            } else {
+                (
+                    false,
+                    input::build_services(st, &ch.services, node, &labels),
+                )
+            }
+        });
+        self.first = false;
+        let step = self.known.apply(built);
+        let changed = step.changes.len();
+        let input = if self.applier.wants_all() {
+            Input::All(self.known.all_ports())
+        } else {
+            Input::Services(step.changes)
+        };
+        let mut stale = std::mem::take(&mut self.pending_stale);
+        stale.extend(step.stale);
+        let r = self.applier.sync(input, &self.args);
+        if r.is_ok() {
+            if !stale.is_empty() {
+                apply::flush_stale_udp(&self.args.kernel.prefix(), &stale);
+            }
+        } else {
+            self.pending_stale = stale;
+        }
+        StepReport {
+            full,
+            changed,
+            hc_changed: step.hc_changed,
+            result: Some(r),
+        }
+    }
+
+    /// The health check servers wanted.
+    pub fn hc_targets(&self) -> BTreeMap<u16, healthcheck::HcTarget> {
+        self.known.hc_targets()
+    }
+
+    /// This node's whole service table (a copy: O(Services)).
+    pub fn table(&self) -> crate::table::Table {
+        self.known.table()
+    }
+
+    /// The state of Ferry's nftables table the applier believes the kernel holds.
+    pub fn nft_state(&self) -> Option<&nft::Ruleset> {
+        match &self.applier {
+            Applier::Nft(a, _) => a.current(),
+            Applier::Ipt(_) => None,
+        }
+    }
+
+    /// Sends element changes through `nft -f` instead of netlink (for comparisons).
+    pub fn set_use_netlink(&mut self, on: bool) {
+        if let Applier::Nft(a, _) = &mut self.applier {
+            a.use_netlink = on;
+        }
+    }
+
+    /// Removes the rules.
+    pub fn cleanup(&mut self) -> Result<(), apply::ApplyError> {
+        self.applier.cleanup()
+    }
+}
+
+/// The published service table is refreshed at most this often (it is a copy of every
+/// Service's part: O(Services)), so that one Service's change costs what it touches.
+const TABLE_REFRESH: Duration = Duration::from_secs(1);
+
 async fn sync_loop(
     tracker: Arc<Tracker>,
-    applier: Applier,
+    syncer: Syncer,
     args: ProxyArgs,
-    node: String,
     status: tokio_watch::Sender<SyncStatus>,
     cancel: CancellationToken,
 ) {
@@ -334,12 +565,13 @@ async fn sync_loop(
     }
     // Exit removes the rules, also when the task is aborted rather than cancelled.
     let _guard = CleanupGuard(Some(args.clone()));
-    let mut applier = Some(applier);
-    let args = Arc::new(args);
+    let mut syncer = Some(syncer);
     let mut last_run: Option<Instant> = None;
     let mut syncs = 0u64;
-    let mut prev: Vec<input::SvcPort> = Vec::new();
     let mut hc = healthcheck::HcServers::default();
+    let mut table = Arc::new(crate::table::Table::default());
+    let mut table_at: Option<Instant> = None;
+    let mut table_stale = false;
     loop {
         if let Some(last) = last_run {
             let since = last.elapsed();
@@ -351,46 +583,51 @@ async fn sync_loop(
             }
         }
         last_run = Some(Instant::now());
-        let (ports, table) = tracker.take(|st| input_from(st, &node));
-        let Some(mut a) = applier.take() else { break };
-        let a2 = args.clone();
-        let stale = apply::stale_udp(&prev, &ports);
-        let ports_c = ports.clone();
+        let Some(mut s) = syncer.take() else { break };
+        let t = tracker.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let r = a.sync(&ports_c, &a2);
-            if r.is_ok() && !stale.is_empty() {
-                let prefix = a2.kernel.prefix();
-                apply::flush_stale_udp(&prefix, &stale);
-            }
-            (a, r)
+            let r = s.step(&t);
+            (s, r)
         })
         .await;
-        let Ok((a, result)) = joined else { break };
-        applier = Some(a);
-        hc.sync(&healthcheck::targets(&ports)).await;
+        let Ok((s, report)) = joined else { break };
+        if report.full || report.hc_changed {
+            hc.sync(&s.hc_targets()).await;
+        }
+        table_stale |= report.changed > 0;
+        if table_stale && (report.full || table_at.is_none_or(|t| t.elapsed() >= TABLE_REFRESH)) {
+            table = Arc::new(s.table());
+            table_at = Some(Instant::now());
+            table_stale = false;
+        }
+        syncer = Some(s);
         let mut failed = Vec::new();
         let mut retry = args.sync_period;
-        match result {
-            Ok(st) => {
-                prev = ports;
+        match report.result {
+            Some(Ok(st)) => {
                 tracing::debug!(
                     full = st.full,
+                    changed = report.changed,
                     ops = st.ops,
                     took_us = st.took.as_micros() as u64,
                     "kernel proxy sync"
                 );
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!("kernel proxy sync failed: {e}");
                 failed.push(e.to_string());
                 retry = Duration::from_secs(1);
             }
+            None => {}
+        }
+        if table_stale {
+            retry = retry.min(TABLE_REFRESH);
         }
         syncs += 1;
         status.send_replace(SyncStatus {
             syncs,
             last_sync: Some(SystemTime::now()),
-            table: Arc::new(table),
+            table: table.clone(),
             failed,
         });
         tokio::select! {
@@ -399,7 +636,7 @@ async fn sync_loop(
             _ = tokio::time::sleep(retry) => {}
         }
     }
-    drop(applier);
+    drop(syncer);
 }
 
 /// Removes the kernel rules when dropped (the sync loop's end, cancelled or aborted).
@@ -423,3 +660,124 @@ impl Drop for CleanupGuard {
 
 /// The node labels map type used by [`input::build`].
 pub type Labels = BTreeMap<String, String>;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::model::{EndpointInfo, PortInfo, Proto, ServiceInfo, SliceInfo, SlicePort};
+    use crate::sync::State;
+
+    fn state(n: usize, eps: &[&str]) -> State {
+        let mut st = State::default();
+        for i in 0..n {
+            let name = format!("s{i}");
+            st.put_service(
+                ("ns".into(), name.clone()),
+                Some(ServiceInfo {
+                    namespace: "ns".into(),
+                    name: name.clone(),
+                    cluster_ips: vec![format!("10.96.0.{}", i + 1).parse().unwrap()],
+                    ports: vec![PortInfo {
+                        name: "dns".into(),
+                        proto: Proto::Udp,
+                        port: 53,
+                        node_port: (i == 1).then_some(30053),
+                    }],
+                    ..ServiceInfo::default()
+                }),
+            );
+            st.put_slice(
+                ("ns".into(), format!("{name}-x")),
+                Some(SliceInfo {
+                    namespace: "ns".into(),
+                    name: format!("{name}-x"),
+                    service: name,
+                    ports: vec![SlicePort {
+                        name: "dns".into(),
+                        proto: Proto::Udp,
+                        port: 5353,
+                    }],
+                    endpoints: eps
+                        .iter()
+                        .map(|ip| EndpointInfo {
+                            ip: ip.parse().unwrap(),
+                            ready: true,
+                            serving: true,
+                            terminating: false,
+                            node_name: None,
+                            zone: None,
+                            hint_zones: None,
+                            topology: BTreeMap::new(),
+                        })
+                        .collect(),
+                }),
+            );
+        }
+        st
+    }
+
+    #[test]
+    fn per_service_input_is_the_whole_input() {
+        let st = state(4, &["10.244.0.2", "10.244.0.3"]);
+        let labels = Labels::new();
+        let (whole, table) = input::build(&st.services, &st.slices, &st.nodes, "n1", &labels);
+        let keys: BTreeSet<incr::SvcKey> = st.services.keys().cloned().collect();
+        let built = input::build_services(&st, &keys, "n1", &labels);
+        let mut known = Known::default();
+        let step = known.apply(built);
+        assert_eq!(step.changes.len(), 4);
+        assert_eq!(known.all_ports(), whole);
+        assert_eq!(known.table(), table);
+        // A Service that is gone gives no ports.
+        let gone = input::build_services(
+            &st,
+            &[("ns".to_string(), "nope".to_string())],
+            "n1",
+            &labels,
+        );
+        assert!(gone[0].1.is_empty());
+    }
+
+    #[test]
+    fn a_change_touches_only_its_service_and_its_udp_flows() {
+        let labels = Labels::new();
+        let st = state(3, &["10.244.0.2", "10.244.0.3"]);
+        let keys: BTreeSet<incr::SvcKey> = st.services.keys().cloned().collect();
+        let mut known = Known::default();
+        known.apply(input::build_services(&st, &keys, "n1", &labels));
+        // Every Service handed over again, one endpoint gone everywhere but only s1 rebuilt.
+        let st2 = state(3, &["10.244.0.2"]);
+        let one = [("ns".to_string(), "s1".to_string())];
+        let step = known.apply(input::build_services(&st2, &one, "n1", &labels));
+        assert_eq!(step.changes.len(), 1);
+        assert!(!step.hc_changed);
+        let ep: std::net::SocketAddr = "10.244.0.3:5353".parse().unwrap();
+        assert_eq!(
+            step.stale,
+            vec![
+                apply::StaleUdp {
+                    frontend: None,
+                    port: 30053,
+                    endpoint: ep
+                },
+                apply::StaleUdp {
+                    frontend: Some("10.96.0.2".parse().unwrap()),
+                    port: 53,
+                    endpoint: ep
+                },
+            ]
+        );
+        // Unchanged: nothing to do.
+        let step = known.apply(input::build_services(&st2, &one, "n1", &labels));
+        assert!(step.changes.is_empty() && step.stale.is_empty());
+        // Gone: its ports go, its flows are stale.
+        let mut st3 = state(3, &["10.244.0.2"]);
+        st3.put_service(one[0].clone(), None);
+        let step = known.apply(input::build_services(&st3, &one, "n1", &labels));
+        assert_eq!(step.changes, vec![(one[0].clone(), Vec::new())]);
+        assert_eq!(step.stale.len(), 2);
+        assert_eq!(known.ports.len(), 2);
+        assert_eq!(known.tables.len(), 2);
+    }
+}

@@ -24,6 +24,9 @@ const NLM_F_CREATE: u16 = 0x400;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 16;
 const NFNL_MSG_BATCH_END: u16 = 17;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_GETTABLE: u16 = 1;
+const NFTA_TABLE_NAME: u16 = 1;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_INET: u8 = 1;
@@ -288,10 +291,48 @@ pub fn encode_batch(
     (out, acks)
 }
 
+/// A `NFT_MSG_GETTABLE` request for table `table` (family inet), acknowledged. Pure.
+pub fn encode_get_table(table: &str, seq: u32) -> Vec<u8> {
+    let mut a = Attrs(Vec::new());
+    a.put_str(NFTA_TABLE_NAME, table);
+    let mut out = Vec::new();
+    message(
+        &mut out,
+        (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE,
+        NLM_F_REQUEST | NLM_F_ACK,
+        seq,
+        NFPROTO_INET,
+        0,
+        &a.0,
+    );
+    out
+}
+
+/// The netlink messages in `buf`: (type, seq, error code for `NLMSG_ERROR`).
+fn messages(buf: &[u8]) -> Vec<(u16, u32, Option<i32>)> {
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while off + 16 <= buf.len() {
+        let word = |o: usize| u32::from_ne_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
+        let len = word(off) as usize;
+        if len < 16 || off + len > buf.len() {
+            break;
+        }
+        let ty = u16::from_ne_bytes([buf[off + 4], buf[off + 5]]);
+        let seq = word(off + 8);
+        let code = (ty == NLMSG_ERROR && len >= 20).then(|| word(off + 16) as i32);
+        out.push((ty, seq, code));
+        off += len.next_multiple_of(4);
+    }
+    out
+}
+
 /// A `NETLINK_NETFILTER` socket, opened in a given network namespace.
 pub struct NlSocket {
     fd: OwnedFd,
     seq: u32,
+    /// The largest message the socket takes in one send.
+    sndbuf: usize,
 }
 
 impl NlSocket {
@@ -336,10 +377,52 @@ impl NlSocket {
                 .map_err(|_| NlError::Netns(String::new(), "thread panicked".into()))??
             }
         };
+        let sndbuf = rustix::net::sockopt::socket_send_buffer_size(&fd)
+            .unwrap_or(0)
+            .saturating_sub(64);
         Ok(NlSocket {
             fd,
             seq: std::process::id().wrapping_mul(7919),
+            sndbuf,
         })
+    }
+
+    /// Does table `table` (family inet) exist?
+    pub fn table_exists(&mut self, table: &str) -> Result<bool, NlError> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let buf = encode_get_table(table, seq);
+        rustix::net::send(&self.fd, &buf, rustix::net::SendFlags::empty())
+            .map_err(std::io::Error::from)?;
+        let mut rbuf = vec![0u8; 64 * 1024];
+        let mut seen = false;
+        loop {
+            let (n, _) =
+                rustix::net::recv(&self.fd, &mut rbuf[..], rustix::net::RecvFlags::empty())
+                    .map_err(|e| {
+                        if e == rustix::io::Errno::AGAIN {
+                            NlError::NoAck
+                        } else {
+                            NlError::Io(e.into())
+                        }
+                    })?;
+            for (ty, s, code) in messages(&rbuf[..n]) {
+                if s != seq {
+                    continue;
+                }
+                if ty == (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE {
+                    seen = true;
+                }
+                match code {
+                    Some(0) => return Ok(true),
+                    Some(c) if -c == rustix::io::Errno::NOENT.raw_os_error() => return Ok(seen),
+                    Some(c) => {
+                        return Err(NlError::Refused(std::io::Error::from_raw_os_error(-c)));
+                    }
+                    None => {}
+                }
+            }
+        }
     }
 
     /// Sends one batch of element operations and waits for every acknowledgement.
@@ -354,6 +437,18 @@ impl NlSocket {
         self.seq = self.seq.wrapping_add(acks + 2);
         let first = base.wrapping_add(1);
         let last = base.wrapping_add(acks);
+        if buf.len() + 4096 > self.sndbuf {
+            // One batch is one message: the send buffer must hold it whole (nft does the
+            // same). Forcing the size needs CAP_NET_ADMIN, which writing rules needs anyway.
+            let want = (buf.len() + 4096).next_power_of_two();
+            if rustix::net::sockopt::set_socket_send_buffer_size_force(&self.fd, want).is_ok()
+                || rustix::net::sockopt::set_socket_send_buffer_size(&self.fd, want).is_ok()
+            {
+                self.sndbuf = rustix::net::sockopt::socket_send_buffer_size(&self.fd)
+                    .unwrap_or(self.sndbuf)
+                    .saturating_sub(64);
+            }
+        }
         rustix::net::send(&self.fd, &buf, rustix::net::SendFlags::empty())
             .map_err(std::io::Error::from)?;
         let mut got = 0u32;

@@ -158,6 +158,67 @@ proptest! {
     }
 }
 
+/// The kernel input per Service, in key order (what the change tracker hands over).
+fn by_service(ports: &[SvcPort]) -> std::collections::BTreeMap<SvcKey, Vec<SvcPort>> {
+    let mut m: std::collections::BTreeMap<SvcKey, Vec<SvcPort>> = Default::default();
+    for p in ports {
+        m.entry((p.name.namespace.clone(), p.name.name.clone()))
+            .or_default()
+            .push(p.clone());
+    }
+    m
+}
+
+proptest! {
+    /// Given only the Services that changed (and some that did not), the state is the whole
+    /// render's and the operations keep the kernel's table in step.
+    #[test]
+    fn changed_services_equal_whole_render(seq in prop::collection::vec(arb_ports(), 1..5)) {
+        let c = cfg();
+        let mut inc = Incremental::new(&c);
+        let mut kernel: Option<Ruleset> = None;
+        let mut prev: std::collections::BTreeMap<SvcKey, Vec<SvcPort>> = Default::default();
+        for ports in &seq {
+            let now = by_service(ports);
+            let whole: Vec<SvcPort> = now.values().flatten().cloned().collect();
+            let want = nft::render(&whole, &c);
+            // Changed, new and gone Services, plus every other unchanged one.
+            let mut changes: Vec<(SvcKey, Vec<SvcPort>)> = Vec::new();
+            for (i, (k, v)) in now.iter().enumerate() {
+                if prev.get(k) != Some(v) || i % 2 == 0 {
+                    changes.push((k.clone(), v.clone()));
+                }
+            }
+            for k in prev.keys().filter(|k| !now.contains_key(*k)) {
+                changes.push((k.clone(), Vec::new()));
+            }
+            let u = inc.update_services(changes);
+            prop_assert_eq!(inc.state(), &want);
+            prop_assert_eq!(inc.all_ports(), whole);
+            match kernel.as_mut() {
+                None => {
+                    prop_assert!(u.full);
+                    kernel = Some(want.clone());
+                }
+                Some(k) => {
+                    prop_assert!(!u.full);
+                    prop_assert_eq!(nft::apply_ops(k, &u.ops), Ok(()));
+                    prop_assert_eq!(&*k, &want);
+                }
+            }
+            prev = now;
+        }
+        // Unchanged Services handed over again: nothing rendered, nothing sent.
+        let again: Vec<(SvcKey, Vec<SvcPort>)> = prev.into_iter().collect();
+        let u = inc.update_services(again);
+        prop_assert!(u.ops.is_empty());
+        prop_assert_eq!(u.rendered, 0);
+        // After a reset the next update is a full one, with or without changes.
+        inc.reset();
+        prop_assert!(inc.update_services(Vec::new()).full);
+    }
+}
+
 #[test]
 fn one_endpoint_change_renders_one_service_and_sends_elements() {
     let c = cfg();
