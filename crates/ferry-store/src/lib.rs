@@ -24,6 +24,7 @@ pub mod conformance;
 pub mod etcd_store;
 pub mod private_fs;
 pub mod redb_store;
+mod wal;
 
 pub use compactor::{CompactorHandle, compaction_target, spawn_compactor};
 pub use etcd_store::{EtcdOptions, EtcdStore};

@@ -12,10 +12,19 @@
 //!
 //! Every write goes over a channel to one writer thread. The writer takes everything queued (up
 //! to [`RedbOptions::max_batch`]), applies the requests in order in one write transaction (each
-//! request succeeds or fails on its own; failures use no revision), commits once with immediate
-//! durability (fsync), publishes the batch of events to watchers, and only then answers the
-//! callers. A write is therefore acknowledged only once it is on disk, and many concurrent
-//! writers share one fsync.
+//! request succeeds or fails on its own; failures use no revision), makes the batch durable,
+//! commits it, publishes the batch of events to watchers, and only then answers the callers. A
+//! write is therefore acknowledged only once it is on disk, and many concurrent writers share
+//! one sync.
+//!
+//! Durable how: by default ([`RedbOptions::write_ahead_log`]) the batch's log entries are
+//! appended to a write-ahead log beside the database (`<file>.wal`) and synced — one sequential
+//! write — and then the redb transaction is committed without durability; every
+//! [`RedbOptions::checkpoint_bytes`] of log, a durable redb commit persists everything and the
+//! log starts over. Opening the store replays the log entries that continue the revision redb
+//! holds durably (see the private `wal` module). Compactions are always durable redb commits.
+//! Without the log, every batch is a redb commit with immediate durability, which writes each
+//! touched B-tree page and syncs the file: several times the cost of one append.
 //!
 //! # Reads
 //!
@@ -53,6 +62,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::codec::{decode_event, decode_kv, encode_event, encode_kv, event_key};
+use crate::wal::{self, RecordBuilder, Wal};
 use crate::{
     Event, KeyValue, RangeOptions, RangeResult, Result, Revision, Store, StoreError, WatchStream,
 };
@@ -81,6 +91,14 @@ pub struct RedbOptions {
     pub watch_buffer: usize,
     /// redb page cache size in bytes (`None` = redb's default).
     pub cache_size: Option<usize>,
+    /// Make each batch durable by appending it to a write-ahead log (one sequential write and
+    /// one sync) and commit it to redb without durability, with a durable redb commit every
+    /// [`RedbOptions::checkpoint_bytes`]. Off: every batch is a durable redb commit. Either way
+    /// a write is acknowledged only once it is durable. See [the module docs](self).
+    pub write_ahead_log: bool,
+    /// How many bytes of write-ahead log may accumulate before a checkpoint (a durable redb
+    /// commit, after which the log starts over). Bounds the work of recovery after a crash.
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for RedbOptions {
@@ -90,6 +108,8 @@ impl Default for RedbOptions {
             queue: 8192,
             watch_buffer: 4096,
             cache_size: None,
+            write_ahead_log: true,
+            checkpoint_bytes: 8 << 20,
         }
     }
 }
@@ -215,6 +235,26 @@ impl RedbStore {
             txn.commit().map_err(internal)?;
             counters
         };
+        // Writes acknowledged through the write-ahead log but not yet in a durable redb commit.
+        let wal_path = Wal::path_for(&file);
+        let revision = recover(&db, &wal_path, revision)?;
+        let wal = if options.write_ahead_log {
+            Some(Wal::open(&wal_path).map_err(|e| {
+                StoreError::Unavailable(format!("opening {}: {e}", wal_path.display()))
+            })?)
+        } else {
+            match std::fs::remove_file(&wal_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "removing {}: {e}",
+                        wal_path.display()
+                    )));
+                }
+            }
+            None
+        };
 
         let shared = Arc::new(Shared {
             db,
@@ -228,6 +268,8 @@ impl RedbStore {
             shared: shared.clone(),
             events: events.clone(),
             max_batch: options.max_batch.max(1),
+            wal,
+            checkpoint_bytes: options.checkpoint_bytes,
             revision,
             compacted,
         };
@@ -291,6 +333,9 @@ struct Writer {
     shared: Arc<Shared>,
     events: broadcast::Sender<Batch>,
     max_batch: usize,
+    /// The write-ahead log (`None`: every batch is a durable redb commit).
+    wal: Option<Wal>,
+    checkpoint_bytes: u64,
     /// Last committed revision and compacted revision.
     revision: Revision,
     compacted: Revision,
@@ -302,6 +347,8 @@ struct Applied {
     events: Vec<Event>,
     revision: Revision,
     compacted: Revision,
+    /// The batch's write-ahead log record (its log entries).
+    record: RecordBuilder,
 }
 
 impl Writer {
@@ -318,7 +365,16 @@ impl Writer {
                 }
             }
             self.commit_batch(&mut batch);
+            if self
+                .wal
+                .as_ref()
+                .is_some_and(|w| w.len() >= self.checkpoint_bytes)
+            {
+                self.checkpoint();
+            }
         }
+        // A clean stop leaves everything in redb.
+        self.checkpoint();
         tracing::debug!("store writer stopped");
     }
 
@@ -350,15 +406,14 @@ impl Writer {
         }
     }
 
-    fn apply(&self, batch: &[Request]) -> Result<Applied> {
+    fn apply(&mut self, batch: &[Request]) -> Result<Applied> {
         let mut txn = self.shared.db.begin_write().map_err(internal)?;
-        txn.set_durability(Durability::Immediate)
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
         let mut applied = Applied {
             outcomes: Vec::with_capacity(batch.len()),
             events: Vec::new(),
             revision: self.revision,
             compacted: self.compacted,
+            record: RecordBuilder::new(),
         };
         {
             let mut kv = txn.open_table(KV).map_err(internal)?;
@@ -376,11 +431,112 @@ impl Writer {
         if applied.revision == self.revision && applied.compacted == self.compacted {
             // Nothing changed (every request failed its precondition).
             txn.abort().map_err(internal)?;
-        } else {
+        } else if self.wal.is_some() && applied.compacted == self.compacted {
+            // Durable once the log record is synced; redb gets the batch without a sync. The
+            // record is synced before the commit, so no reader sees a write that is not durable.
+            let record = std::mem::take(&mut applied.record).finish();
+            if let Some(Err(e)) = self.wal.as_mut().map(|wal| wal.append(&record)) {
+                txn.abort().map_err(internal)?;
+                self.wal_failed(&e);
+                return Err(StoreError::Unavailable(format!("write-ahead log: {e}")));
+            }
+            set_durability(&mut txn, Durability::None)?;
             txn.commit().map_err(internal)?;
+        } else {
+            // No log, or a compaction (which must not be undone by a replay): a durable commit,
+            // which also persists every earlier batch, so the log starts over.
+            set_durability(&mut txn, Durability::Immediate)?;
+            txn.commit().map_err(internal)?;
+            if let Some(wal) = self.wal.as_mut() {
+                wal.restart();
+            }
         }
         Ok(applied)
     }
+
+    /// Persists every batch committed without durability (a durable redb commit) and starts the
+    /// log over. On failure the log keeps its records (they are still durable there).
+    fn checkpoint(&mut self) {
+        let Some(wal) = self.wal.as_mut() else {
+            return;
+        };
+        if wal.len() == 0 {
+            return;
+        }
+        let durable = (|| -> Result<()> {
+            let mut txn = self.shared.db.begin_write().map_err(internal)?;
+            set_durability(&mut txn, Durability::Immediate)?;
+            txn.commit().map_err(internal)
+        })();
+        match durable {
+            Ok(()) => wal.restart(),
+            Err(e) => {
+                tracing::warn!(error = %e, "store checkpoint failed; the write-ahead log keeps the writes")
+            }
+        }
+    }
+
+    /// The log could not be written: later batches are durable redb commits instead. The writes
+    /// the log already holds stay in its file for recovery until a durable commit persists them;
+    /// one is attempted at once.
+    fn wal_failed(&mut self, e: &std::io::Error) {
+        let path = self.wal.as_ref().map(|w| w.path().display().to_string());
+        tracing::error!(error = %e, wal = ?path, "write-ahead log failed; committing every write durably to redb from now on");
+        let durable = (|| -> Result<()> {
+            let mut txn = self.shared.db.begin_write().map_err(internal)?;
+            set_durability(&mut txn, Durability::Immediate)?;
+            txn.commit().map_err(internal)
+        })();
+        if let Err(e) = durable {
+            tracing::error!(error = %e, "durable commit after the write-ahead log failure failed");
+        }
+        self.wal = None;
+    }
+}
+
+fn set_durability(txn: &mut redb::WriteTransaction, d: Durability) -> Result<()> {
+    txn.set_durability(d)
+        .map_err(|e| StoreError::Internal(e.to_string()))
+}
+
+/// Applies the write-ahead log's entries that continue the durable revision `durable`, in one
+/// durable commit; returns the revision reached.
+fn recover(db: &Database, wal_path: &Path, durable: Revision) -> Result<Revision> {
+    let entries = Wal::read(wal_path)
+        .map_err(|e| StoreError::Unavailable(format!("reading {}: {e}", wal_path.display())))?;
+    let redo = wal::redo(entries, durable);
+    let Some(last) = redo.last().map(|e| e.revision) else {
+        return Ok(durable);
+    };
+    let mut txn = db.begin_write().map_err(internal)?;
+    set_durability(&mut txn, Durability::Immediate)?;
+    {
+        let mut kv = txn.open_table(KV).map_err(internal)?;
+        let mut log = txn.open_table(LOG).map_err(internal)?;
+        let mut meta = txn.open_table(META).map_err(internal)?;
+        for entry in &redo {
+            match decode_event(entry.revision, &entry.raw)? {
+                Event::Put { kv: new, .. } => {
+                    let value = encode_kv(new.create_revision, new.mod_revision, &new.value);
+                    kv.insert(new.key.as_str(), value.as_slice())
+                        .map_err(internal)?;
+                }
+                Event::Delete { prev, .. } => {
+                    kv.remove(prev.key.as_str()).map_err(internal)?;
+                }
+            }
+            log.insert(entry.revision, entry.raw.as_slice())
+                .map_err(internal)?;
+        }
+        meta.insert(META_REVISION, last).map_err(internal)?;
+    }
+    txn.commit().map_err(internal)?;
+    tracing::info!(
+        writes = redo.len(),
+        revision = last,
+        "recovered writes from the write-ahead log"
+    );
+    Ok(last)
 }
 
 type KvTable<'t> = redb::Table<'t, &'static str, &'static [u8]>;
@@ -426,8 +582,9 @@ fn apply_one(
             kv: new.clone(),
             prev,
         };
-        log.insert(revision, encode_event(&event).as_slice())
-            .map_err(internal)?;
+        let raw = encode_event(&event);
+        log.insert(revision, raw.as_slice()).map_err(internal)?;
+        applied.record.push(revision, &raw);
         applied.events.push(event);
         applied.revision = revision;
         Ok(Ok(Reply::Kv(new)))
@@ -462,8 +619,9 @@ fn apply_one(
                     prev: cur.clone(),
                     revision,
                 };
-                log.insert(revision, encode_event(&event).as_slice())
-                    .map_err(internal)?;
+                let raw = encode_event(&event);
+                log.insert(revision, raw.as_slice()).map_err(internal)?;
+                applied.record.push(revision, &raw);
                 applied.events.push(event);
                 applied.revision = revision;
                 Ok(Ok(Reply::Deleted(cur, revision)))
