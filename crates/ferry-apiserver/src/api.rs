@@ -310,6 +310,7 @@ impl Api {
 
     pub async fn list(&self, res: &Resource, p: &ResourcePath, q: &Query, want: Want) -> ApiResult {
         let filter = Filter::parse(q)?;
+        rv::check_list_send_initial(q.get("sendInitialEvents"))?;
         let limit = q.int("limit")?.filter(|l| *l > 0);
         let at = rv::list_at(
             q.get("resourceVersion").unwrap_or(""),

@@ -183,6 +183,8 @@ struct State {
     history_bytes: usize,
     /// Watches may resume from any revision >= this one.
     oldest: Revision,
+    /// The newest revision applied to this resource.
+    applied: Revision,
 }
 
 /// The cache of one resource (e.g. all Services).
@@ -266,6 +268,7 @@ impl ResourceCache {
                 history: VecDeque::new(),
                 history_bytes: 0,
                 oldest: start,
+                applied: start,
             }),
             events,
             bound,
@@ -409,6 +412,31 @@ impl ResourceCache {
         (items, live)
     }
 
+    /// Subscribes to live events and snapshots the current objects under `prefix` atomically,
+    /// with the snapshot's revision: everything up to it is in the snapshot, every later
+    /// change comes through the receiver. `published` reads the cache-wide revision (every
+    /// event up to it is applied to every resource).
+    pub fn snapshot_at(
+        &self,
+        prefix: &str,
+        published: impl Fn() -> Revision,
+    ) -> (
+        Vec<Arc<CachedObject>>,
+        broadcast::Receiver<Arc<CacheEvent>>,
+        Revision,
+    ) {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let live = self.events.subscribe();
+        let rev = published().max(st.applied);
+        let items = st
+            .items
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        (items, live, rev)
+    }
+
     /// Subscribes to events after `after`. `Err(oldest)` when that revision is too old.
     pub fn subscribe_from(&self, after: Revision) -> Result<Subscription, Revision> {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
@@ -437,6 +465,7 @@ impl ResourceCache {
                 }
             }
         }
+        st.applied = st.applied.max(ev.revision);
         st.history_bytes += ev.weight();
         st.history.push_back((Arc::from(key), ev.clone()));
         while st.history.len() > self.bound.events

@@ -187,6 +187,156 @@ pub fn too_old(at: &ListAt) -> ApiError {
     }
 }
 
+/// Where a watch starts (after upstream's `validateWatchOptions` and the cacher's rules).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchAt {
+    /// ADDED events for every matching object of a snapshot, then the changes after it.
+    /// `end_bookmark`: a watch-list (`sendInitialEvents=true`) — the initial events end with a
+    /// BOOKMARK annotated `k8s.io/initial-events-end: "true"` (when bookmarks are allowed).
+    Initial { fresh: Fresh, end_bookmark: bool },
+    /// The changes after this revision.
+    After(Revision),
+    /// The changes from now on, without initial events (`sendInitialEvents=false` without a
+    /// resourceVersion); `consistent`: "now" is the store's latest revision.
+    Now { consistent: bool },
+}
+
+/// How fresh the snapshot of a watch's initial events must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fresh {
+    /// The store's latest revision (a consistent read): `resourceVersion` unset.
+    Consistent,
+    /// Whatever the cache holds: `resourceVersion=0`.
+    Any,
+    /// At least this revision.
+    NotOlderThan(Revision),
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    // Go's strconv.ParseBool.
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+fn list_options_invalid_all(errs: Vec<(&str, &str, String)>) -> ApiError {
+    let text = |(f, _, m): &(&str, &str, String)| format!("{f}: {m}");
+    let message = if errs.len() == 1 {
+        text(&errs[0])
+    } else {
+        format!("[{}]", errs.iter().map(text).collect::<Vec<_>>().join(", "))
+    };
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {message}"),
+    )
+    .with_details(json!({
+        "group": "meta.k8s.io",
+        "kind": "ListOptions",
+        "causes": errs.iter().map(|(f, r, m)| json!({"reason": r, "message": m, "field": f})).collect::<Vec<_>>(),
+    }))
+}
+
+/// `sendInitialEvents` on a plain list: 422, as upstream.
+pub fn check_list_send_initial(send_initial: Option<&str>) -> Result<(), ApiError> {
+    match send_initial {
+        None => Ok(()),
+        Some(_) => Err(list_options_invalid_all(vec![(
+            "sendInitialEvents",
+            "FieldValueForbidden",
+            "Forbidden: sendInitialEvents is forbidden for list".into(),
+        )])),
+    }
+}
+
+/// Decides where a watch starts, validating the options as upstream does (the WatchList
+/// feature on). A resourceVersion that does not parse is `Err(Ok(message))` for the caller to
+/// report on its resource; option errors are `Err(Err(422))`.
+pub fn watch_at(
+    rv: &str,
+    rv_match: &str,
+    send_initial: Option<&str>,
+    continue_token: Option<&str>,
+) -> Result<WatchAt, Result<String, ApiError>> {
+    let send_initial = match send_initial {
+        None => None,
+        Some(v) => Some(parse_bool(v).ok_or_else(|| {
+            Err(ApiError::bad_request(format!(
+                "sendInitialEvents: invalid value {v:?}: strconv.ParseBool: parsing {v:?}: invalid syntax"
+            )))
+        })?),
+    };
+    let mut errs = Vec::new();
+    if send_initial.is_some() && rv_match != "NotOlderThan" {
+        errs.push((
+            "resourceVersionMatch",
+            "FieldValueForbidden",
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+                .to_string(),
+        ));
+    }
+    if !rv_match.is_empty() {
+        if send_initial.is_none() {
+            errs.push((
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".into(),
+            ));
+        }
+        if rv_match != "NotOlderThan" {
+            errs.push((
+                "resourceVersionMatch",
+                "FieldValueNotSupported",
+                format!("Unsupported value: \"{rv_match}\": supported values: \"NotOlderThan\""),
+            ));
+        }
+        if continue_token.is_some_and(|c| !c.is_empty()) {
+            errs.push((
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: resourceVersionMatch is forbidden when continue is provided".into(),
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(Err(list_options_invalid_all(errs)));
+    }
+    let at = match rv {
+        "" => None,
+        "0" => Some(0),
+        _ => Some(parse(rv).map_err(Ok)?),
+    };
+    Ok(match (send_initial, at) {
+        // Legacy: a watch without a resourceVersion (or at 0) starts with the current state.
+        (None, None) => WatchAt::Initial {
+            fresh: Fresh::Consistent,
+            end_bookmark: false,
+        },
+        (None, Some(0)) => WatchAt::Initial {
+            fresh: Fresh::Any,
+            end_bookmark: false,
+        },
+        (None | Some(false), Some(n)) if n > 0 => WatchAt::After(n),
+        (Some(true), None) => WatchAt::Initial {
+            fresh: Fresh::Consistent,
+            end_bookmark: true,
+        },
+        (Some(true), Some(0)) => WatchAt::Initial {
+            fresh: Fresh::Any,
+            end_bookmark: true,
+        },
+        (Some(true), Some(n)) => WatchAt::Initial {
+            fresh: Fresh::NotOlderThan(n),
+            end_bookmark: true,
+        },
+        (Some(false), None) => WatchAt::Now { consistent: true },
+        (Some(false), Some(_)) | (None, Some(_)) => WatchAt::Now { consistent: false },
+    })
+}
+
 /// 504 for a resourceVersion the cache did not reach in [`TOO_LARGE_WAIT`].
 pub fn too_large(wanted: Revision, current: Revision) -> ApiError {
     ApiError::new(
@@ -339,5 +489,93 @@ mod tests {
             (42, "default/web\u{0}".into())
         );
         assert!(decode_continue("e30").is_err()); // {}
+    }
+
+    #[test]
+    fn watch_options_as_upstream() {
+        let ok = |rv: &str, m: &str, si: Option<&str>| watch_at(rv, m, si, None).expect("valid");
+        let fresh = |f, end| WatchAt::Initial {
+            fresh: f,
+            end_bookmark: end,
+        };
+        assert_eq!(ok("", "", None), fresh(Fresh::Consistent, false));
+        assert_eq!(ok("0", "", None), fresh(Fresh::Any, false));
+        assert_eq!(ok("12", "", None), WatchAt::After(12));
+        assert_eq!(
+            ok("", "NotOlderThan", Some("true")),
+            fresh(Fresh::Consistent, true)
+        );
+        assert_eq!(
+            ok("0", "NotOlderThan", Some("true")),
+            fresh(Fresh::Any, true)
+        );
+        assert_eq!(
+            ok("12", "NotOlderThan", Some("true")),
+            fresh(Fresh::NotOlderThan(12), true)
+        );
+        assert_eq!(
+            ok("", "NotOlderThan", Some("false")),
+            WatchAt::Now { consistent: true }
+        );
+        assert_eq!(
+            ok("0", "NotOlderThan", Some("false")),
+            WatchAt::Now { consistent: false }
+        );
+        assert_eq!(ok("12", "NotOlderThan", Some("0")), WatchAt::After(12));
+
+        let invalid =
+            |rv: &str, m: &str, si: Option<&str>, c: Option<&str>| match watch_at(rv, m, si, c) {
+                Err(Err(e)) => (e.code, e.message),
+                other => panic!("{rv} {m} {si:?}: {other:?}"),
+            };
+        assert_eq!(
+            invalid("", "", Some("true"), None),
+            (422, "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan".into())
+        );
+        assert_eq!(
+            invalid("5", "NotOlderThan", None, None),
+            (422, "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".into())
+        );
+        assert_eq!(
+            invalid("5", "Exact", Some("true"), None),
+            (422, "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]".into())
+        );
+        assert_eq!(
+            invalid("5", "NotOlderThan", Some("true"), Some("tok")).1,
+            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided"
+        );
+        assert_eq!(invalid("", "NotOlderThan", Some("maybe"), None).0, 400);
+        assert!(
+            matches!(watch_at("x1", "", None, None), Err(Ok(m)) if m.contains("invalid syntax"))
+        );
+        assert_eq!(
+            check_list_send_initial(Some("true")).map_err(|e| e.message),
+            Err("ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list".into())
+        );
+        assert!(check_list_send_initial(None).is_ok());
+    }
+
+    #[test]
+    fn expired_continue_hands_out_a_latest_token() {
+        let at = ListAt::Continue {
+            revision: 5,
+            start: "ns/b\u{0}".into(),
+        };
+        let e = too_old(&at);
+        assert_eq!(e.code, 410);
+        let token = e.continue_token.clone().expect("a fresh token");
+        assert_eq!(e.to_status()["metadata"]["continue"], token.as_str());
+        let (rev, start) = decode_continue(&token).expect("decodes");
+        assert_eq!((rev, start.as_str()), (CONTINUE_LATEST, "ns/b\u{0}"));
+        assert_eq!(
+            list_at("", "", Some(&token), Some(10)).expect("valid"),
+            ListAt::Continue {
+                revision: CONTINUE_LATEST,
+                start: "ns/b\u{0}".into()
+            }
+        );
+        // Other non-positive revisions stay invalid.
+        assert!(decode_continue(&encode_start(0, "a\u{0}")).is_err());
+        assert!(decode_continue(&encode_start(-2, "a\u{0}")).is_err());
     }
 }

@@ -129,8 +129,24 @@ pub async fn watch(
         .int("timeoutSeconds")?
         .filter(|t| *t > 0)
         .map(|t| Duration::from_secs(t as u64));
-    let rv = q.get("resourceVersion").unwrap_or("").to_string();
-    let send_initial = q.get("sendInitialEvents") == Some("true");
+    let at = crate::rv::watch_at(
+        q.get("resourceVersion").unwrap_or(""),
+        q.get("resourceVersionMatch").unwrap_or(""),
+        q.get("sendInitialEvents"),
+        q.get("continue"),
+    )
+    .map_err(|e| match e {
+        Err(e) => e,
+        Ok(m) => {
+            // Upstream: the storage layer's field error, as 422 Invalid on the resource.
+            ApiError::new(
+                422,
+                "Invalid",
+                format!("{} \"\" is invalid: {m}", res.info().plural),
+            )
+            .with_details(json!({"kind": res.info().plural, "group": res.info().group, "causes": [{"reason": "FieldValueInvalid", "message": m.trim_start_matches("resourceVersion: "), "field": "resourceVersion"}]}))
+        }
+    })?;
     let prefix = res.list_prefix(p.namespace.as_deref());
     let rc = api
         .cache
@@ -160,33 +176,47 @@ pub async fn watch(
         ),
         TooOld(i64),
     }
-    let start = if rv.is_empty() || rv == "0" || send_initial {
-        if rv.is_empty() || send_initial {
-            // A consistent snapshot.
-            let cur = api.store.current_revision().await?;
-            api.cache.wait_for(cur, Duration::from_secs(5)).await;
-        }
-        let (items, live) = rc.snapshot_and_subscribe(&prefix);
-        Start::Snapshot(items, live, api.cache.revision())
-    } else {
-        let after = crate::rv::parse(&rv).map_err(|m| {
-            // Upstream: the storage layer's field error, as 422 Invalid on the resource.
-            ApiError::new(
-                422,
-                "Invalid",
-                format!("{} \"\" is invalid: {m}", res.info().plural),
-            )
-            .with_details(json!({"kind": res.info().plural, "group": res.info().group, "causes": [{"reason": "FieldValueInvalid", "message": m.trim_start_matches("resourceVersion: "), "field": "resourceVersion"}]}))
-        })?;
+    let wait_until = |rev: i64| async move {
         // A resourceVersion the cache has not reached: wait a little, then 504 (upstream).
-        if after > api.cache.revision()
-            && !api.cache.wait_for(after, crate::rv::TOO_LARGE_WAIT).await
-        {
-            return Err(crate::rv::too_large(after, api.cache.revision()));
+        if rev > api.cache.revision() && !api.cache.wait_for(rev, crate::rv::TOO_LARGE_WAIT).await {
+            return Err(crate::rv::too_large(rev, api.cache.revision()));
         }
-        match rc.subscribe_from(after) {
-            Ok(sub) => Start::From(sub.replay, sub.live, after),
-            Err(_) => Start::TooOld(after),
+        Ok(())
+    };
+    let consistent = || async {
+        let cur = api.store.current_revision().await?;
+        api.cache.wait_for(cur, Duration::from_secs(5)).await;
+        Ok::<_, ApiError>(())
+    };
+    let mut send_initial = false;
+    let start = match at {
+        crate::rv::WatchAt::Initial {
+            fresh,
+            end_bookmark,
+        } => {
+            match fresh {
+                crate::rv::Fresh::Consistent => consistent().await?,
+                crate::rv::Fresh::Any => {}
+                crate::rv::Fresh::NotOlderThan(n) => wait_until(n).await?,
+            }
+            send_initial = end_bookmark;
+            let (items, live, rev) = rc.snapshot_at(&prefix, || api.cache.revision());
+            Start::Snapshot(items, live, rev)
+        }
+        crate::rv::WatchAt::Now { consistent: c } => {
+            if c {
+                consistent().await?;
+            }
+            // An empty snapshot: only the subscription and its revision.
+            let (_, live, rev) = rc.snapshot_at("\u{0}", || api.cache.revision());
+            Start::Snapshot(Vec::new(), live, rev)
+        }
+        crate::rv::WatchAt::After(after) => {
+            wait_until(after).await?;
+            match rc.subscribe_from(after) {
+                Ok(sub) => Start::From(sub.replay, sub.live, after),
+                Err(_) => Start::TooOld(after),
+            }
         }
     };
 
