@@ -60,10 +60,22 @@ pub async fn run(
             let a = a.clone();
             let root_ca = root_ca.clone();
             async move {
+                // One watch (and one cache) of Pods for every controller that reads them.
+                let informers = runtime::Informers::new(client.clone(), stop.clone());
                 let (s, l, (), ()) = tokio::join!(
-                    services::run(client.clone(), a.services.clone(), stop.clone()),
-                    lifecycle::run(client.clone(), a.lifecycle.clone(), stop.clone()),
-                    workloads2::run(client.clone(), stop.clone()),
+                    services::run_with(
+                        client.clone(),
+                        a.services.clone(),
+                        informers.clone(),
+                        stop.clone()
+                    ),
+                    lifecycle::run_with(
+                        client.clone(),
+                        a.lifecycle.clone(),
+                        informers.clone(),
+                        stop.clone()
+                    ),
+                    workloads2::run(client.clone(), informers, stop.clone()),
                     identity::run(client, root_ca, stop)
                 );
                 s.and(l)

@@ -298,10 +298,18 @@ pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Cach
             let res = resources.len();
             let is_namespace = ar.group.is_empty() && ar.kind == "Namespace";
             let (g, gq, nq) = (graph.clone(), gc_queue.clone(), ns_queue.clone());
-            let store = runtime::reflect_with(
+            // The collectors read only metadata (upstream's use metadata informers), the
+            // namespace controller also a Namespace's status: keep no other body.
+            let slim: fn(&mut DynamicObject) = if is_namespace {
+                runtime::reflect::slim_meta::<DynamicObject>
+            } else {
+                metadata_only
+            };
+            let store = runtime::reflect_slim(
                 Api::<DynamicObject>::all_with(client.clone(), &ar),
                 watcher::Config::default(),
                 ar.clone(),
+                slim,
                 stop.clone(),
                 move |ch| {
                     let affected = g.lock().unwrap_or_else(PoisonError::into_inner).update(
@@ -326,6 +334,12 @@ pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Cach
         gc_queue,
         ns_queue,
     })
+}
+
+/// Keeps only an object's metadata (without managedFields) and type.
+fn metadata_only(o: &mut DynamicObject) {
+    runtime::reflect::slim_meta(o);
+    o.data = serde_json::Value::Null;
 }
 
 fn wanted(ar: &ApiResource, caps: &ApiCapabilities) -> bool {

@@ -52,6 +52,17 @@ pub struct LifecycleArgs {
 }
 
 pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationToken) -> Result<()> {
+    let informers = crate::runtime::Informers::new(client.clone(), stop.clone());
+    run_with(client, args, informers, stop).await
+}
+
+/// [`run`] with the process's shared informers (one Pod watch for every controller).
+pub async fn run_with(
+    client: kube::Client,
+    args: LifecycleArgs,
+    informers: crate::runtime::Informers,
+    stop: CancellationToken,
+) -> Result<()> {
     let gc_task = {
         let client = client.clone();
         let stop = stop.clone();
@@ -81,12 +92,21 @@ pub async fn run(client: kube::Client, args: LifecycleArgs, stop: CancellationTo
             }
         })
     };
-    let mut tasks = vec![tokio::spawn(workloads::run(client.clone(), stop.clone()))];
+    let mut tasks = vec![tokio::spawn(workloads::run(
+        client.clone(),
+        informers.clone(),
+        stop.clone(),
+    ))];
     if args.run_scheduler {
-        tasks.push(tokio::spawn(scheduler::run(client.clone(), stop.clone())));
+        tasks.push(tokio::spawn(scheduler::run(
+            client.clone(),
+            informers.clone(),
+            stop.clone(),
+        )));
     }
     tasks.push(tokio::spawn(podgc::run(
         client.clone(),
+        informers.clone(),
         podgc::PodGcConfig {
             quarantine: std::time::Duration::from_secs(args.pod_gc_orphan_quarantine_seconds),
             terminated_threshold: args.terminated_pod_gc_threshold,
@@ -180,6 +200,7 @@ where
         let stream = kube::runtime::reflector::reflector(
             writer,
             kube::runtime::watcher(api, kube::runtime::watcher::Config::default())
+                .modify(crate::runtime::reflect::slim_meta::<K>)
                 .default_backoff(),
         );
         futures::pin_mut!(stream);

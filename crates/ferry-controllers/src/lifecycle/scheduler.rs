@@ -72,13 +72,27 @@ fn terminal(p: &Pod) -> bool {
     )
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(
+    client: kube::Client,
+    informers: crate::runtime::Informers,
+    stop: CancellationToken,
+) {
     let notify = Arc::new(Notify::new());
-    let pods: Store<Pod> = super::informer(&client, notify.clone(), stop.clone());
+    let pods: Store<Pod> = {
+        let n = notify.clone();
+        informers.pods().subscribe(move |_| n.notify_one())
+    };
     let nodes: Store<Node> = super::informer(&client, notify.clone(), stop.clone());
+    // Not `pods.wait_until_ready()`: the shared store's readiness wakes only one waiter.
     for s in [
-        pods.wait_until_ready().boxed(),
-        nodes.wait_until_ready().boxed(),
+        async {
+            informers.pods().wait_synced(&stop).await;
+        }
+        .boxed(),
+        async {
+            let _ = nodes.wait_until_ready().await;
+        }
+        .boxed(),
     ] {
         tokio::select! {
             _ = stop.cancelled() => return,

@@ -96,7 +96,7 @@ fn deployment_selects(d: &Deployment, labels: &BTreeMap<String, String>) -> bool
     selector_matches(&d.spec.selector, labels)
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let rs_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let d_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let pod_index: Arc<ControllerIndex> = Arc::default();
@@ -150,39 +150,34 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             pod_index.clone(),
             replica_sets.clone(),
         );
-        runtime::reflect(
-            Api::<Pod>::all(client.clone()),
-            cfg(),
-            stop.clone(),
-            move |ch| {
-                ix.update(&ch);
-                for p in ch.objects() {
-                    match keys::controller_ref(&p.metadata) {
-                        Some(_) => {
-                            let Some(k) = keys::controller_key::<ReplicaSet>(&p.metadata) else {
-                                continue;
-                            };
-                            // The Deployment reads its pods' availability too.
-                            if let Some(rs) = k.get(&rss) {
-                                dq.extend(keys::controller_key::<Deployment>(&rs.metadata));
-                            }
-                            rq.add(k);
+        informers.pods().subscribe(move |ch| {
+            ix.update(&ch);
+            for p in ch.objects() {
+                match keys::controller_ref(&p.metadata) {
+                    Some(_) => {
+                        let Some(k) = keys::controller_key::<ReplicaSet>(&p.metadata) else {
+                            continue;
+                        };
+                        // The Deployment reads its pods' availability too.
+                        if let Some(rs) = k.get(&rss) {
+                            dq.extend(keys::controller_key::<Deployment>(&rs.metadata));
                         }
-                        None => rq.extend(keys::selecting(
-                            &rss,
-                            p.metadata.namespace.as_deref().unwrap_or(""),
-                            p.labels(),
-                            rs_selects,
-                        )),
+                        rq.add(k);
                     }
+                    None => rq.extend(keys::selecting(
+                        &rss,
+                        p.metadata.namespace.as_deref().unwrap_or(""),
+                        p.labels(),
+                        rs_selects,
+                    )),
                 }
-            },
-        )
+            }
+        })
     };
     let synced = async {
         deployments.wait_until_ready().await.is_ok()
             && replica_sets.wait_until_ready().await.is_ok()
-            && pods.wait_until_ready().await.is_ok()
+            && informers.pods().wait_synced(&stop).await
     };
     tokio::select! {
         _ = stop.cancelled() => return,

@@ -40,10 +40,12 @@ pub mod keys;
 pub mod limiter;
 pub mod queue;
 pub mod reflect;
+pub mod shared;
 pub mod worker;
 
 pub use index::ControllerIndex;
 pub use keys::ObjectKey;
 pub use queue::WorkQueue;
-pub use reflect::{Change, reflect, reflect_with};
+pub use reflect::{Change, reflect, reflect_slim, reflect_with};
+pub use shared::{Informers, SharedInformer};
 pub use worker::{Action, Reconciler, execute_all};

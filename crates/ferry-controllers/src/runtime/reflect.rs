@@ -65,12 +65,68 @@ pub fn reflect_with<K, F>(
     config: watcher::Config,
     dyntype: K::DynamicType,
     stop: CancellationToken,
-    mut on_change: F,
+    on_change: F,
 ) -> Store<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
     F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    reflect_slim(api, config, dyntype, slim_meta::<K>, stop, on_change)
+}
+
+/// Drops what no controller reads from a cached object: `metadata.managedFields` (often the
+/// largest part of a small object). Every reflector of this crate applies it.
+pub fn slim_meta<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// Receives a reflector's changes, and the end of each (re)list.
+pub(crate) trait Sink<K>: Send + 'static {
+    fn change(&mut self, ch: Change<'_, K>);
+    /// A (re)list has been applied to the store and every change it made was reported.
+    fn listed(&mut self) {}
+}
+
+struct FnSink<F>(F);
+
+impl<K, F: FnMut(Change<'_, K>) + Send + 'static> Sink<K> for FnSink<F> {
+    fn change(&mut self, ch: Change<'_, K>) {
+        (self.0)(ch)
+    }
+}
+
+/// [`reflect_with`] with `slim` applied to every object before it is cached or reported (a
+/// projection of the fields the caller reads; it must keep name, namespace and
+/// resourceVersion).
+pub fn reflect_slim<K, F>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    slim: fn(&mut K),
+    stop: CancellationToken,
+    on_change: F,
+) -> Store<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    spawn_reflector(api, config, dyntype, slim, stop, FnSink(on_change))
+}
+
+pub(crate) fn spawn_reflector<K, S>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    slim: fn(&mut K),
+    stop: CancellationToken,
+    mut sink: S,
+) -> Store<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    S: Sink<K>,
 {
     let writer = reflector::store::Writer::new(dyntype.clone());
     let reader = writer.as_reader();
@@ -78,7 +134,7 @@ where
     let store = reader.clone();
     let kind = K::kind(&dyntype).to_string();
     tokio::spawn(async move {
-        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut stream = watcher(api, config).modify(slim).default_backoff().boxed();
         // The store's contents when a relist began.
         let mut before: Option<Vec<Arc<K>>> = None;
         loop {
@@ -98,7 +154,7 @@ where
                 watcher::Event::Apply(o) => {
                     let old = reader.get(&ObjectRef::from_obj_with(o, dyntype.clone()));
                     writer.apply_watcher_event(&ev);
-                    on_change(Change {
+                    sink.change(Change {
                         old: old.as_deref(),
                         new: Some(o),
                     });
@@ -106,7 +162,7 @@ where
                 watcher::Event::Delete(o) => {
                     let old = reader.get(&ObjectRef::from_obj_with(o, dyntype.clone()));
                     writer.apply_watcher_event(&ev);
-                    on_change(Change {
+                    sink.change(Change {
                         old: Some(old.as_deref().unwrap_or(o)),
                         new: None,
                     });
@@ -131,18 +187,19 @@ where
                                 && resource_version(p) == resource_version(&*new)
                         });
                         if !same {
-                            on_change(Change {
+                            sink.change(Change {
                                 old: prev.as_deref(),
                                 new: Some(&new),
                             });
                         }
                     }
                     for gone in old.into_values() {
-                        on_change(Change {
+                        sink.change(Change {
                             old: Some(&gone),
                             new: None,
                         });
                     }
+                    sink.listed();
                 }
             }
         }

@@ -88,6 +88,20 @@ impl<K: Resource> Cache<K> {
         }
         old
     }
+    /// Caches an object shared with another store (a [`crate::runtime::SharedInformer`]'s).
+    pub fn put_shared(&self, o: Arc<K>) -> Option<Arc<K>> {
+        let (ns, name) = key_of(o.as_ref());
+        self.write().entry(ns).or_default().insert(name, o)
+    }
+    /// Drops `o`'s entry (for caches fed by [`Cache::put_shared`]).
+    pub fn remove_shared(&self, o: &K) -> Option<Arc<K>> {
+        self.remove(o)
+    }
+    /// Marks the cache listed (for caches fed by [`Cache::put_shared`]).
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::SeqCst);
+        self.synced_notify.notify_waiters();
+    }
     fn replace(&self, items: Vec<K>) -> Vec<Arc<K>> {
         let mut next: HashMap<String, HashMap<String, Arc<K>>> = HashMap::new();
         for o in items {
@@ -125,6 +139,7 @@ pub async fn run_watch<K>(
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
 {
     let mut stream = watcher(api, watcher::Config::default())
+        .modify(crate::runtime::reflect::slim_meta::<K>)
         .default_backoff()
         .boxed();
     let mut buffer: Vec<K> = Vec::new();

@@ -28,6 +28,7 @@ use anyhow::Result;
 use k8s_openapi::api::core::v1::{Endpoints, Event, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -549,12 +550,33 @@ impl Controller {
 
 /// Starts the watches and workers; returns when `stop` is cancelled.
 pub async fn run(client: kube::Client, args: ServiceArgs, stop: CancellationToken) -> Result<()> {
+    let informers = crate::runtime::Informers::new(client.clone(), stop.clone());
+    run_with(client, args, informers, stop).await
+}
+
+/// [`run`] with the process's shared informers (one Pod watch for every controller).
+pub async fn run_with(
+    client: kube::Client,
+    args: ServiceArgs,
+    informers: crate::runtime::Informers,
+    stop: CancellationToken,
+) -> Result<()> {
     let c = Controller::new(client.clone(), args)?;
-    run_controller(c, stop).await
+    run_controller_with(c, informers, stop).await
 }
 
 /// Runs an already built controller (tests and benchmarks inspect its caches).
 pub async fn run_controller(c: Arc<Controller>, stop: CancellationToken) -> Result<()> {
+    let informers = crate::runtime::Informers::new(c.client.clone(), stop.clone());
+    run_controller_with(c, informers, stop).await
+}
+
+/// [`run_controller`] with the process's shared informers.
+pub async fn run_controller_with(
+    c: Arc<Controller>,
+    informers: crate::runtime::Informers,
+    stop: CancellationToken,
+) -> Result<()> {
     let client = c.client.clone();
     let mut tasks = tokio::task::JoinSet::new();
     {
@@ -584,17 +606,34 @@ pub async fn run_controller(c: Arc<Controller>, stop: CancellationToken) -> Resu
         ));
     }
     {
+        // Pods come from the process's shared informer: this cache holds the same Arcs, by
+        // namespace (a Service's sync reads only its namespace's pods).
         let cc = c.clone();
-        tasks.spawn(cache::run_watch(
-            Api::<Pod>::all(client.clone()),
-            c.pods.clone(),
-            move |ch| match ch {
-                Change::Apply { old, new } => cc.on_pod(old.as_deref(), Some(&new)),
-                Change::Delete { old } => cc.on_pod(Some(&old), None),
-                Change::Resync { .. } => cc.enqueue_all_services(),
-            },
-            stop.clone(),
-        ));
+        let shared = informers.pods();
+        let store = shared.store();
+        shared.subscribe(move |ch| {
+            match ch.new {
+                Some(new) => {
+                    let shared = store.get(&ObjectRef::from_obj(new));
+                    match shared {
+                        Some(o) => cc.pods.put_shared(o),
+                        None => cc.pods.put_shared(Arc::new(new.clone())),
+                    };
+                }
+                None => {
+                    if let Some(old) = ch.old {
+                        cc.pods.remove_shared(old);
+                    }
+                }
+            }
+            cc.on_pod(ch.old, ch.new);
+        });
+        let (cc, informers, stop) = (c.clone(), informers.clone(), stop.clone());
+        tasks.spawn(async move {
+            if informers.pods().wait_synced(&stop).await {
+                cc.pods.mark_synced();
+            }
+        });
     }
     {
         let cc = c.clone();

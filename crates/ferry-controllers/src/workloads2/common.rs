@@ -587,38 +587,33 @@ pub fn rfc3339(secs: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Watches every pod for the controllers of kind `O`: an owned pod wakes its controller, an
-/// orphan wakes every `O` in its namespace whose selector matches it (those may adopt it).
+/// Subscribes the controllers of kind `O` to the shared pod informer: an owned pod wakes its
+/// controller, an orphan wakes every `O` in its namespace whose selector matches it (those
+/// may adopt it).
 pub fn reflect_pods_for<O>(
-    client: &kube::Client,
+    informers: &crate::runtime::Informers,
     queue: &std::sync::Arc<crate::runtime::WorkQueue<crate::runtime::ObjectKey>>,
     owners: kube::runtime::reflector::Store<O>,
     selects: fn(&O, &BTreeMap<String, String>) -> bool,
-    stop: tokio_util::sync::CancellationToken,
 ) -> kube::runtime::reflector::Store<Pod>
 where
     O: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     use crate::runtime::keys;
     let q = queue.clone();
-    crate::runtime::reflect(
-        Api::<Pod>::all(client.clone()),
-        kube::runtime::watcher::Config::default(),
-        stop,
-        move |ch| {
-            for o in ch.objects() {
-                match keys::controller_ref(&o.metadata) {
-                    Some(_) => q.extend(keys::controller_key::<O>(&o.metadata)),
-                    None => q.extend(keys::selecting(
-                        &owners,
-                        o.metadata.namespace.as_deref().unwrap_or(""),
-                        o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
-                        selects,
-                    )),
-                }
+    informers.pods().subscribe(move |ch| {
+        for o in ch.objects() {
+            match keys::controller_ref(&o.metadata) {
+                Some(_) => q.extend(keys::controller_key::<O>(&o.metadata)),
+                None => q.extend(keys::selecting(
+                    &owners,
+                    o.metadata.namespace.as_deref().unwrap_or(""),
+                    o.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()),
+                    selects,
+                )),
             }
-        },
-    )
+        }
+    })
 }
 
 /// Watches ControllerRevisions: each wakes its controller of kind `O`.

@@ -511,7 +511,7 @@ impl Reconciler for DaemonSetController {
     }
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let q = queue.clone();
     let sets = runtime::reflect(
@@ -524,13 +524,9 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let pods = common::reflect_pods_for(
-        &client,
-        &queue,
-        sets.clone(),
-        |s: &DaemonSet, l| common::selects(&s.spec.selector, l),
-        stop.clone(),
-    );
+    let pods = common::reflect_pods_for(&informers, &queue, sets.clone(), |s: &DaemonSet, l| {
+        common::selects(&s.spec.selector, l)
+    });
     let revisions = common::reflect_revisions_for::<DaemonSet>(&client, &queue, stop.clone());
     // A node change (labels, taints, new node) concerns every DaemonSet.
     let (q, s2) = (queue.clone(), sets.clone());
@@ -558,7 +554,7 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
         _ = stop.cancelled() => return,
         _ = async {
             let _ = sets.wait_until_ready().await;
-            let _ = pods.wait_until_ready().await;
+            informers.pods().wait_synced(&stop).await;
             let _ = revisions.wait_until_ready().await;
             let _ = nodes.wait_until_ready().await;
         } => {}

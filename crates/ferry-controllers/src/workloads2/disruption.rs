@@ -229,7 +229,7 @@ fn pdb_selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> 
     selects(pdb, labels)
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let q = queue.clone();
     let pdbs = runtime::reflect(
@@ -243,21 +243,16 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
         },
     );
     let (q, ps) = (queue.clone(), pdbs.clone());
-    let pods = runtime::reflect(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        stop.clone(),
-        move |ch| {
-            for o in ch.objects() {
-                q.extend(keys::selecting(
-                    &ps,
-                    o.metadata.namespace.as_deref().unwrap_or(""),
-                    o.labels(),
-                    pdb_selects,
-                ));
-            }
-        },
-    );
+    let pods = informers.pods().subscribe(move |ch| {
+        for o in ch.objects() {
+            q.extend(keys::selecting(
+                &ps,
+                o.metadata.namespace.as_deref().unwrap_or(""),
+                o.labels(),
+                pdb_selects,
+            ));
+        }
+    });
     // Scale changes of controllers change expected counts: resync the namespace's budgets.
     fn ns_budgets(q: &WorkQueue<ObjectKey>, pdbs: &Store<PodDisruptionBudget>, ns: Option<&str>) {
         for p in pdbs.state() {
@@ -303,7 +298,7 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
         _ = stop.cancelled() => return,
         _ = async {
             let _ = pdbs.wait_until_ready().await;
-            let _ = pods.wait_until_ready().await;
+            informers.pods().wait_synced(&stop).await;
             let _ = replica_sets.wait_until_ready().await;
             let _ = deployments.wait_until_ready().await;
             let _ = stateful_sets.wait_until_ready().await;

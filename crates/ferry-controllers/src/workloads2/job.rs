@@ -681,7 +681,7 @@ impl Reconciler for JobController {
     }
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let q = queue.clone();
     let jobs = runtime::reflect(
@@ -694,21 +694,15 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let pods = common::reflect_pods_for(
-        &client,
-        &queue,
-        jobs.clone(),
-        |s: &Job, l| {
-            s.spec
-                .as_ref()
-                .and_then(|x| x.selector.as_ref())
-                .is_some_and(|sel| common::selects(sel, l))
-        },
-        stop.clone(),
-    );
+    let pods = common::reflect_pods_for(&informers, &queue, jobs.clone(), |s: &Job, l| {
+        s.spec
+            .as_ref()
+            .and_then(|x| x.selector.as_ref())
+            .is_some_and(|sel| common::selects(sel, l))
+    });
     tokio::select! {
         _ = stop.cancelled() => return,
-        _ = async { let _ = jobs.wait_until_ready().await; let _ = pods.wait_until_ready().await; } => {}
+        _ = async { let _ = jobs.wait_until_ready().await; informers.pods().wait_synced(&stop).await; } => {}
     }
     let ctl = Arc::new(JobController {
         client,

@@ -21,12 +21,16 @@ pub mod statefulset;
 use tokio_util::sync::CancellationToken;
 
 /// Runs every controller of this module until `stop`.
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(
+    client: kube::Client,
+    informers: crate::runtime::Informers,
+    stop: CancellationToken,
+) {
     tokio::join!(
-        job::run(client.clone(), stop.clone()),
+        job::run(client.clone(), informers.clone(), stop.clone()),
         cronjob::run(client.clone(), stop.clone()),
-        statefulset::run(client.clone(), stop.clone()),
-        daemonset::run(client.clone(), stop.clone()),
-        disruption::run(client.clone(), stop.clone()),
+        statefulset::run(client.clone(), informers.clone(), stop.clone()),
+        daemonset::run(client.clone(), informers.clone(), stop.clone()),
+        disruption::run(client.clone(), informers, stop.clone()),
     );
 }

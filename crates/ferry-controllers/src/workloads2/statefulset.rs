@@ -444,7 +444,7 @@ impl Reconciler for StatefulSetController {
     }
 }
 
-pub async fn run(client: kube::Client, stop: CancellationToken) {
+pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let q = queue.clone();
     let sets = runtime::reflect(
@@ -457,19 +457,15 @@ pub async fn run(client: kube::Client, stop: CancellationToken) {
             }
         },
     );
-    let pods = common::reflect_pods_for(
-        &client,
-        &queue,
-        sets.clone(),
-        |s: &StatefulSet, l| common::selects(&s.spec.selector, l),
-        stop.clone(),
-    );
+    let pods = common::reflect_pods_for(&informers, &queue, sets.clone(), |s: &StatefulSet, l| {
+        common::selects(&s.spec.selector, l)
+    });
     let revisions = common::reflect_revisions_for::<StatefulSet>(&client, &queue, stop.clone());
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = async {
             let _ = sets.wait_until_ready().await;
-            let _ = pods.wait_until_ready().await;
+            informers.pods().wait_synced(&stop).await;
             let _ = revisions.wait_until_ready().await;
         } => {}
     }

@@ -1,0 +1,135 @@
+//! One watch and one reflector store per kind, shared by every controller that reads the kind
+//! (client-go's `SharedInformerFactory`): at 150,000 Pods each extra Pod reflector costs a full
+//! list from the API server and a copy of every Pod, so the Pod-reading controllers (services,
+//! ReplicaSet/Deployment, Job, StatefulSet, DaemonSet, disruption, scheduler, pod GC) subscribe
+//! to one [`SharedInformer`] instead of each watching Pods.
+//!
+//! A subscriber gets a [`Change`] for every change after the store shows it, as with
+//! [`super::reflect`]. One subscribing after the watch started is first handed every cached
+//! object as a creation (under the same lock as the dispatch, so it misses nothing; it may see
+//! an object twice, which key-mapping handlers absorb).
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::reflect::{Change, Reflected, Sink, slim_meta, spawn_reflector};
+
+type Handler<K> = Box<dyn FnMut(Change<'_, K>) + Send>;
+
+struct Handlers<K> {
+    list: Mutex<Vec<Handler<K>>>,
+    synced: watch::Sender<bool>,
+}
+
+impl<K> Handlers<K> {
+    /// A panicking handler leaves the list intact (pushes only): take the lock over.
+    fn lock(&self) -> MutexGuard<'_, Vec<Handler<K>>> {
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+struct Fanout<K>(Arc<Handlers<K>>);
+
+impl<K: Send + 'static> Sink<K> for Fanout<K> {
+    fn change(&mut self, ch: Change<'_, K>) {
+        for h in self.0.lock().iter_mut() {
+            h(Change {
+                old: ch.old,
+                new: ch.new,
+            });
+        }
+    }
+    fn listed(&mut self) {
+        self.0.synced.send_replace(true);
+    }
+}
+
+/// One watch of every `K` into one store, with any number of change handlers.
+pub struct SharedInformer<K: Reflected> {
+    store: Store<K>,
+    handlers: Arc<Handlers<K>>,
+}
+
+impl<K: Reflected> SharedInformer<K> {
+    /// Starts the watch of `api` (objects slimmed by `slim` before they are cached) until `stop`.
+    pub fn start(
+        api: Api<K>,
+        config: watcher::Config,
+        slim: fn(&mut K),
+        stop: CancellationToken,
+    ) -> Self {
+        let handlers = Arc::new(Handlers {
+            list: Mutex::new(Vec::new()),
+            synced: watch::Sender::new(false),
+        });
+        let store = spawn_reflector(api, config, (), slim, stop, Fanout(handlers.clone()));
+        SharedInformer { store, handlers }
+    }
+
+    /// The shared store.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Adds a change handler (handed the cached objects first); returns the shared store.
+    pub fn subscribe(&self, mut on_change: impl FnMut(Change<'_, K>) + Send + 'static) -> Store<K> {
+        let mut list = self.handlers.lock();
+        for o in self.store.state() {
+            on_change(Change {
+                old: None,
+                new: Some(&o),
+            });
+        }
+        list.push(Box::new(on_change));
+        self.store.clone()
+    }
+
+    /// Waits until the first list is in the store and every handler has seen it; false when
+    /// `stop` fired first. Use this, not the store's `wait_until_ready`: that one wakes only
+    /// the last of several concurrent waiters (kube-runtime's `DelayedInit` wraps a oneshot
+    /// receiver, which keeps one waker).
+    pub async fn wait_synced(&self, stop: &CancellationToken) -> bool {
+        let mut rx = self.handlers.synced.subscribe();
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            r = rx.wait_for(|s| *s) => r.is_ok(),
+        }
+    }
+}
+
+/// The shared informers of one controller process (one API client, one stop token); each
+/// starts on first use.
+#[derive(Clone)]
+pub struct Informers {
+    client: kube::Client,
+    stop: CancellationToken,
+    pods: Arc<OnceLock<SharedInformer<Pod>>>,
+}
+
+impl Informers {
+    pub fn new(client: kube::Client, stop: CancellationToken) -> Self {
+        Informers {
+            client,
+            stop,
+            pods: Arc::default(),
+        }
+    }
+
+    /// Every Pod (without managedFields). Call from within the Tokio runtime.
+    pub fn pods(&self) -> &SharedInformer<Pod> {
+        self.pods.get_or_init(|| {
+            SharedInformer::start(
+                Api::all(self.client.clone()),
+                watcher::Config::default(),
+                slim_meta::<Pod>,
+                self.stop.clone(),
+            )
+        })
+    }
+}
