@@ -489,6 +489,51 @@ pub struct Cache {
     revision: watch::Sender<Revision>,
 }
 
+/// Keys read per store range while loading: the load's transient memory is one chunk of stored
+/// objects, not a whole resource (150,000 Pods).
+const LOAD_CHUNK: usize = 2048;
+
+/// The objects stored under `prefix` at `revision`, in key order, in their cached form; read in
+/// chunks of [`LOAD_CHUNK`] keys, each object parsed once ([`compact::stamp`]).
+async fn load_range(
+    store: &dyn Store,
+    prefix: &str,
+    revision: Revision,
+) -> Result<Vec<(String, Arc<CachedObject>)>, StoreError> {
+    load_chunked(store, prefix, revision, LOAD_CHUNK).await
+}
+
+async fn load_chunked(
+    store: &dyn Store,
+    prefix: &str,
+    revision: Revision,
+    chunk: usize,
+) -> Result<Vec<(String, Arc<CachedObject>)>, StoreError> {
+    let mut out = Vec::new();
+    let mut start_after: Option<String> = None;
+    loop {
+        let res = store
+            .range(
+                prefix,
+                ferry_store::RangeOptions {
+                    revision,
+                    limit: chunk,
+                    start_after: start_after.take(),
+                },
+            )
+            .await?;
+        start_after = res.kvs.last().map(|kv| kv.key.clone());
+        for kv in res.kvs {
+            if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
+                out.push((kv.key, obj));
+            }
+        }
+        if !res.more || start_after.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
 impl Cache {
     /// Loads every resource from the store. Call [`Cache::follow`] afterwards to keep it current.
     pub async fn load(
@@ -499,22 +544,10 @@ impl Cache {
         let mut resources = HashMap::new();
         for prefix in prefixes {
             let rc = ResourceCache::new(revision);
-            let res = store
-                .range(
-                    prefix,
-                    ferry_store::RangeOptions {
-                        revision,
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            let objects = load_range(store, prefix, revision).await?;
             {
                 let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
-                for kv in res.kvs {
-                    if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
-                        st.items.insert(kv.key.clone(), obj);
-                    }
-                }
+                st.items.extend(objects);
             }
             resources.insert(prefix.clone(), Arc::new(rc));
         }
@@ -590,21 +623,10 @@ impl Cache {
         let revision = store.current_revision().await?;
         for (prefix, rc) in self.resources() {
             let prefix = &prefix;
-            let res = store
-                .range(
-                    prefix,
-                    ferry_store::RangeOptions {
-                        revision,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            let mut fresh: BTreeMap<String, Arc<CachedObject>> = BTreeMap::new();
-            for kv in res.kvs {
-                if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
-                    fresh.insert(kv.key, obj);
-                }
-            }
+            let fresh: BTreeMap<String, Arc<CachedObject>> = load_range(store, prefix, revision)
+                .await?
+                .into_iter()
+                .collect();
             let old: Vec<(String, Arc<CachedObject>)> = {
                 let st = rc.state.read().unwrap_or_else(|e| e.into_inner());
                 st.items
@@ -702,16 +724,7 @@ impl Cache {
             map.insert(prefix.to_string(), rc.clone());
             (rc, revision)
         };
-        let res = store
-            .range(
-                prefix,
-                ferry_store::RangeOptions {
-                    revision,
-                    ..Default::default()
-                },
-            )
-            .await;
-        let res = match res {
+        let res = match load_range(store, prefix, revision).await {
             Ok(r) => r,
             Err(e) => {
                 self.resources
@@ -724,12 +737,9 @@ impl Cache {
         let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
         let touched: std::collections::HashSet<Arc<str>> =
             st.history.iter().map(|(k, _)| k.clone()).collect();
-        for kv in res.kvs {
-            if touched.contains(kv.key.as_str()) {
-                continue;
-            }
-            if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
-                st.items.insert(kv.key.clone(), obj);
+        for (key, obj) in res {
+            if !touched.contains(key.as_str()) {
+                st.items.insert(key, obj);
             }
         }
         Ok(())
@@ -1055,5 +1065,45 @@ mod tests {
         assert!(Arc::ptr_eq(&o.namespace, &o2.namespace));
         assert!(CachedObject::from_store(b"[1]", 1).is_none());
         assert!(CachedObject::from_store(b"{", 1).is_none());
+    }
+
+    /// The load reads in chunks: every object, in key order, at the load's revision (later
+    /// writes undone), however the chunks fall.
+    #[tokio::test]
+    async fn load_reads_every_chunk_at_one_revision() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = ferry_store::RedbStore::open(&dir.path().join("db")).expect("open");
+        let prefix = "/registry/things/";
+        for i in 0..10 {
+            let raw = serde_json::json!({"metadata": {"name": format!("o{i}")}, "data": {"v": i}});
+            store
+                .create(&format!("{prefix}o{i}"), Bytes::from(raw.to_string()))
+                .await
+                .expect("create");
+        }
+        store
+            .create("/registry/thingsother/x", Bytes::from_static(b"{}"))
+            .await
+            .expect("create");
+        let at = store.current_revision().await.expect("rev");
+        store
+            .delete(&format!("{prefix}o3"), None)
+            .await
+            .expect("delete");
+        for chunk in [1, 3, 10, 11, 2048] {
+            let got = load_chunked(&store, prefix, at, chunk).await.expect("load");
+            let names: Vec<&str> = got.iter().map(|(_, o)| o.name()).collect();
+            assert_eq!(
+                names,
+                ["o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9"],
+                "chunk {chunk}"
+            );
+            assert!(
+                got.iter()
+                    .all(|(k, o)| *k == format!("{prefix}{}", o.name()))
+            );
+        }
+        let now = load_chunked(&store, prefix, 0, 4).await.expect("load");
+        assert_eq!(now.len(), 9);
     }
 }
