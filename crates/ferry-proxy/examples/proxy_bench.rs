@@ -1,7 +1,9 @@
 //! Pieces of `bench/proxy/run.sh` (a benchmark, not a test):
 //!
 //! - `backend ADDR`: a TCP server; a client that sends `s` gets an endless byte stream
-//!   (throughput), one that sends `c` gets one byte and a close (connections/s).
+//!   (throughput), one that sends `c` gets one byte and a close (connections/s), one that
+//!   sends an HTTP request gets a small HTTP/1.1 response (wrk; keep-alive unless the request
+//!   says `Connection: close`).
 //! - `ferry FRONT BACKEND`: ferry's userspace data path serving FRONT -> BACKEND (a static
 //!   table: no API server involved, the same code the watch path drives).
 //! - `load ADDR SECONDS CONNS`: measures throughput (CONNS parallel streams) and then
@@ -53,13 +55,49 @@ async fn backend(addr: SocketAddr) {
             if c.read_exact(&mut b).await.is_err() {
                 return;
             }
-            if b[0] == b's' {
-                let buf = vec![0x5au8; 256 * 1024];
-                while c.write_all(&buf).await.is_ok() {}
-            } else {
-                let _ = c.write_all(b"k").await;
+            match b[0] {
+                b's' => {
+                    let buf = vec![0x5au8; 256 * 1024];
+                    while c.write_all(&buf).await.is_ok() {}
+                }
+                b'c' => {
+                    let _ = c.write_all(b"k").await;
+                }
+                first => http(c, first).await,
             }
         });
+    }
+}
+
+/// Serves HTTP/1.1 requests (no bodies) on `c` whose first byte was already read.
+async fn http(mut c: TcpStream, first: u8) {
+    const OK: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Type: text/plain\r\n\r\nok\n";
+    const OK_CLOSE: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\nok\n";
+    let mut buf = Vec::with_capacity(4096);
+    buf.push(first);
+    let mut tmp = [0u8; 4096];
+    loop {
+        // One request head at a time (wrk does not pipeline).
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match c.read(&mut tmp).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+        let close = String::from_utf8_lossy(&buf[..end])
+            .to_ascii_lowercase()
+            .contains("connection: close");
+        buf.drain(..end);
+        if c.write_all(if close { OK_CLOSE } else { OK })
+            .await
+            .is_err()
+            || close
+        {
+            return;
+        }
     }
 }
 

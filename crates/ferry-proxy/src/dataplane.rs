@@ -7,9 +7,15 @@
 //! frontend that cannot be bound (the address is not local, the port is taken) is logged and
 //! retried on every later apply.
 //!
-//! Copying uses `tokio::io::copy_bidirectional_with_sizes` with 64 KiB buffers. `splice(2)`
-//! would avoid the copy through user space, but tokio exposes no safe splice and this workspace
-//! forbids `unsafe`; it is the next step for throughput.
+//! Copying ([`pump`]) runs both directions in the connection's one task. A direction takes a
+//! 64 KiB buffer from a per-thread pool only once its source is readable and hands it back as
+//! soon as the buffer is drained and the source has nothing more (as HAProxy allocates buffers
+//! on demand): an idle connection holds no buffer and a short one costs no allocation. The
+//! first direction to see EOF half-closes its destination (`shutdown(SHUT_WR)`); when the second
+//! one ends both sockets are simply closed, which sends the last FIN. Accepted sockets inherit
+//! `TCP_NODELAY` and the keepalive settings from their listener, and the backend socket gets
+//! them before `connect`, so a connection costs no per-socket option calls after accept.
+//! `splice(2)` would avoid the copy through user space; it is the next step for throughput.
 //!
 //! Limits (so that a flood through one Service cannot starve the process): every proxied TCP
 //! connection and UDP flow holds a permit of one per-process [`ConnLimiter`]
@@ -26,11 +32,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use ferry_limits::{Acceptor, ConnLimiter, ConnPermit, LogLimiter};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
@@ -339,6 +342,10 @@ impl Dataplane {
                     TcpSocket::new_v6()?
                 };
                 sock.set_reuseaddr(true)?;
+                // Inherited by every accepted connection (Linux copies the listener's TCP
+                // options into the child socket), saving five calls per connection.
+                sock.set_nodelay(true)?;
+                ferry_limits::keepalive::set(&sock, ferry_limits::keepalive::Keepalive::default())?;
                 sock.bind(addr)?;
                 let listener = sock.listen(1024)?;
                 tokio::spawn(serve_tcp(listener, f, pool, cancel, self.limits.clone()));
@@ -420,7 +427,7 @@ pub async fn connect_backend(
     let mut tried = Vec::new();
     for (attempt, t) in DIAL_TIMEOUTS.iter().enumerate() {
         let picked = pool.pick(src, dst, attempt > 0, &tried)?;
-        match tokio::time::timeout(*t, TcpStream::connect(picked.endpoint)).await {
+        match tokio::time::timeout(*t, dial(picked.endpoint)).await {
             Ok(Ok(s)) => return Some((s, picked)),
             Ok(Err(e)) => {
                 tracing::debug!(endpoint = %picked.endpoint, error = %e, "connect failed; trying the next endpoint");
@@ -432,6 +439,18 @@ pub async fn connect_backend(
         tried.push(picked.endpoint);
     }
     None
+}
+
+/// Connects to `endpoint` with `TCP_NODELAY` and keepalive set before the handshake.
+async fn dial(endpoint: SocketAddr) -> std::io::Result<TcpStream> {
+    let sock = if endpoint.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    sock.set_nodelay(true)?;
+    ferry_limits::keepalive::set(&sock, ferry_limits::keepalive::Keepalive::default())?;
+    sock.connect(endpoint).await
 }
 
 async fn proxy_tcp(
@@ -447,11 +466,6 @@ async fn proxy_tcp(
         tracing::debug!(frontend = %f, client = %peer, "no endpoint reachable; closing");
         return;
     };
-    let _ = client.set_nodelay(true);
-    let _ = backend.set_nodelay(true);
-    let ka = ferry_limits::keepalive::Keepalive::default();
-    let _ = ferry_limits::keepalive::set(&client, ka);
-    let _ = ferry_limits::keepalive::set(&backend, ka);
     if let Some(v) = picked.proxy_protocol {
         let h = proxyproto::header(v, peer, SocketAddr::new(f.ip, f.port));
         if backend.write_all(&h).await.is_err() {
@@ -459,16 +473,7 @@ async fn proxy_tcp(
         }
     }
     let activity = Activity::new();
-    let mut client = Tracked {
-        inner: client,
-        activity: activity.clone(),
-    };
-    let mut backend = Tracked {
-        inner: backend,
-        activity: activity.clone(),
-    };
-    let copy =
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut backend, COPY_BUF, COPY_BUF);
+    let copy = pump(&client, &backend, &activity);
     match idle {
         None => {
             let _ = copy.await;
@@ -515,41 +520,119 @@ impl Activity {
     }
 }
 
-/// A stream that records when data was read from it.
-struct Tracked<S> {
-    inner: S,
-    activity: Activity,
+/// Copy buffers kept per thread for reuse: enough for the connections one thread moves data
+/// for at the same instant, not for every open connection.
+const POOLED_BUFS: usize = 32;
+
+thread_local! {
+    static BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
+fn take_buf() -> Vec<u8> {
+    BUFS.with(|b| b.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0; COPY_BUF])
+}
+
+fn give_buf(buf: Vec<u8>) {
+    BUFS.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.len() < POOLED_BUFS {
+            b.push(buf);
         }
-        r
+    });
+}
+
+/// Copies `src` to `dst` until EOF on `src` (returns the bytes copied) or an error. Holds a
+/// pooled buffer only while data is in flight.
+async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    let mut buf: Option<Vec<u8>> = None;
+    loop {
+        // Read: without a buffer, wait until the source has something first.
+        let n = loop {
+            let b = match buf.as_mut() {
+                Some(b) => b,
+                None => {
+                    src.readable().await?;
+                    buf.insert(take_buf())
+                }
+            };
+            match src.try_read(b) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // Drained: the buffer goes back to the pool while we wait.
+                    if let Some(b) = buf.take() {
+                        give_buf(b);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if let Some(b) = buf.take() {
+                        give_buf(b);
+                    }
+                    return Err(e);
+                }
+            }
+        };
+        let Some(b) = buf.as_ref() else { continue };
+        if n == 0 {
+            if let Some(b) = buf.take() {
+                give_buf(b);
+            }
+            return Ok(total);
+        }
+        activity.touch();
+        let mut off = 0;
+        while off < n {
+            match dst.try_write(&b[off..n]) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(w) => off += w,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => dst.writable().await?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        total += n as u64;
+        if n < b.len() {
+            // A short read means the socket had no more (tokio's own `poll_read` assumes the
+            // same): give the buffer back and wait for readiness without a read that would
+            // only return EAGAIN. A FIN that came with the data keeps the socket readable.
+            if let Some(b) = buf.take() {
+                give_buf(b);
+            }
+            let _ = src.try_io(Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+        }
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+/// Copies both ways between `client` and `backend` until both directions have seen EOF or
+/// either fails. The first direction to end half-closes its destination (the peer learns that
+/// no more data comes, the other direction keeps flowing); the caller's drop of both sockets
+/// then closes them, which sends the remaining FIN without a second `shutdown`.
+async fn pump(client: &TcpStream, backend: &TcpStream, activity: &Activity) -> std::io::Result<()> {
+    let up = copy_half(client, backend, activity);
+    let down = copy_half(backend, client, activity);
+    tokio::pin!(up, down);
+    tokio::select! {
+        r = &mut up => {
+            r?;
+            half_close(backend);
+            down.await?;
+        }
+        r = &mut down => {
+            r?;
+            half_close(client);
+            up.await?;
+        }
     }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    Ok(())
+}
+
+/// `shutdown(SHUT_WR)`; a peer that is already gone is no error worth reporting.
+fn half_close(s: &TcpStream) {
+    let _ = rustix::net::shutdown(s, rustix::net::Shutdown::Write);
 }
 
 struct Flow {
@@ -690,5 +773,140 @@ async fn udp_replies(
     let mut g = lock_flows(&flows);
     if g.get(&client).is_some_and(|f| Arc::ptr_eq(f, &flow)) {
         g.remove(&client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    /// A connected pair of loopback sockets (connecting side, accepted side).
+    async fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+        let (a, b) = tokio::join!(TcpStream::connect(l.local_addr().unwrap()), l.accept());
+        (a.unwrap(), b.unwrap().0)
+    }
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    /// Runs `pump` between (client, backend) pairs: the test holds `user` (the client's
+    /// peer) and `server` (the backend's peer).
+    async fn proxied() -> (
+        TcpStream,
+        TcpStream,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (user, client) = pair(&l).await;
+        let (backend, server) = pair(&l).await;
+        let task = tokio::spawn(async move {
+            let activity = Activity::new();
+            pump(&client, &backend, &activity).await
+        });
+        (user, server, task)
+    }
+
+    #[tokio::test]
+    async fn client_half_close_then_large_reply() {
+        let (mut user, mut server, task) = proxied().await;
+        let request = pattern(100_000, 1);
+        user.write_all(&request).await.unwrap();
+        user.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, request, "request bytes and then EOF reach the backend");
+        // The other direction still flows after the client's FIN.
+        let reply = pattern(1_000_000, 7);
+        server.write_all(&reply).await.unwrap();
+        drop(server);
+        let mut got = Vec::new();
+        user.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got.len(), reply.len());
+        assert!(got == reply);
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn backend_closes_first_client_keeps_sending() {
+        let (mut user, mut server, task) = proxied().await;
+        server.write_all(b"hello").await.unwrap();
+        server.shutdown().await.unwrap();
+        let mut got = Vec::new();
+        user.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"hello");
+        // Half-closed towards the client only: the client's data still reaches the backend.
+        let more = pattern(300_000, 3);
+        user.write_all(&more).await.unwrap();
+        drop(user);
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert!(got == more, "{} of {} bytes", got.len(), more.len());
+        task.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_reset_ends_both_directions() {
+        let (user, mut server, task) = proxied().await;
+        // Unread data at close makes the kernel send a RST.
+        server.write_all(b"x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        rustix::net::sockopt::set_socket_linger(&user, Some(Duration::ZERO)).unwrap();
+        drop(user);
+        let r = tokio::time::timeout(Duration::from_secs(30), task).await;
+        assert!(r.is_ok(), "the pump ends after a reset");
+        let mut sink = Vec::new();
+        // The backend side is closed too (EOF or reset, but never a hang).
+        let _ = tokio::time::timeout(Duration::from_secs(30), server.read_to_end(&mut sink))
+            .await
+            .unwrap();
+    }
+
+    /// The data path relies on Linux copying a listener's TCP options into accepted sockets.
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay_and_keepalive() {
+        let sock = TcpSocket::new_v4().unwrap();
+        sock.set_nodelay(true).unwrap();
+        let ka = ferry_limits::keepalive::Keepalive::default();
+        ferry_limits::keepalive::set(&sock, ka).unwrap();
+        sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = sock.listen(16).unwrap();
+        let (_c, accepted) = pair(&l).await;
+        assert!(accepted.nodelay().unwrap());
+        assert!(rustix::net::sockopt::socket_keepalive(&accepted).unwrap());
+        assert_eq!(
+            rustix::net::sockopt::tcp_keepidle(&accepted).unwrap(),
+            ka.idle
+        );
+        assert_eq!(
+            rustix::net::sockopt::tcp_keepcnt(&accepted).unwrap(),
+            ka.count
+        );
+        // A listener without them gives sockets without them (the check can fail).
+        let plain = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (_c, accepted) = pair(&plain).await;
+        assert!(!accepted.nodelay().unwrap());
+        assert!(!rustix::net::sockopt::socket_keepalive(&accepted).unwrap());
+    }
+
+    #[test]
+    fn buffer_pool_is_bounded_and_reused() {
+        let bufs: Vec<Vec<u8>> = (0..POOLED_BUFS + 5).map(|_| take_buf()).collect();
+        let ptrs: BTreeSet<usize> = bufs.iter().map(|b| b.as_ptr() as usize).collect();
+        for b in bufs {
+            assert_eq!(b.len(), COPY_BUF);
+            give_buf(b);
+        }
+        assert_eq!(BUFS.with(|b| b.borrow().len()), POOLED_BUFS);
+        let again = take_buf();
+        assert!(
+            ptrs.contains(&(again.as_ptr() as usize)),
+            "a pooled buffer is reused"
+        );
     }
 }
