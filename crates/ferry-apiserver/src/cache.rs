@@ -1,6 +1,17 @@
 //! The watch cache: every served resource kept in memory, fed by one watch on the store, as
 //! kube-apiserver's cacher does. Lists and watches are answered from here; writes go to the store
 //! and come back through the store's watch.
+//!
+//! Memory bounds (documented in ARCHITECTURE.md as this crate's invariants):
+//! - per object: its served JSON bytes, exactly sized, + [`CachedObject`]'s compact metadata
+//!   (name, namespace and labels, strings shared through [`compact::interner`]) + its index
+//!   entry: about the JSON size + 150 bytes + 32 bytes per label. No parsed `serde_json::Value`
+//!   is kept; code that needs one decodes the bytes ([`CachedObject::value`]).
+//! - watch history per resource: at most [`HISTORY_EVENTS`] events and [`HISTORY_BYTES`] bytes
+//!   of the objects they hold, whichever is reached first; a watch or a continued list from an
+//!   older revision gets 410 Gone, as upstream. The live channel buffers at most
+//!   [`LIVE_BUFFER`] events; a watcher that falls further behind gets 410 and re-lists.
+//! - a load or re-sync holds one chunk of stored objects at a time ([`LOAD_CHUNK`] keys).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -20,6 +31,8 @@ pub const HISTORY_EVENTS: usize = 10_000;
 /// counted in full, even when shared), whichever bound is reached first. A watch or a continued
 /// list from a revision older than the history reaches gets 410 Gone, as upstream's cacher.
 pub const HISTORY_BYTES: usize = 32 << 20;
+/// Events buffered for live watchers of a resource.
+pub const LIVE_BUFFER: usize = 4096;
 /// Fixed cost charged per history entry on top of its objects' bytes (the entry, its key, the
 /// event and the compact metadata of its objects).
 const HISTORY_ENTRY_OVERHEAD: usize = 256;
@@ -261,7 +274,7 @@ impl ResourceCache {
     }
 
     fn with_bound(start: Revision, bound: HistoryBound) -> Self {
-        let (events, _) = broadcast::channel(4096);
+        let (events, _) = broadcast::channel(LIVE_BUFFER);
         ResourceCache {
             state: RwLock::new(State {
                 items: BTreeMap::new(),
@@ -491,7 +504,7 @@ pub struct Cache {
 
 /// Keys read per store range while loading: the load's transient memory is one chunk of stored
 /// objects, not a whole resource (150,000 Pods).
-const LOAD_CHUNK: usize = 2048;
+pub const LOAD_CHUNK: usize = 2048;
 
 /// The objects stored under `prefix` at `revision`, in key order, in their cached form; read in
 /// chunks of [`LOAD_CHUNK`] keys, each object parsed once ([`compact::stamp`]).
