@@ -260,20 +260,6 @@ pub fn model_from(
     (m, warnings)
 }
 
-/// A kube client from a kubeconfig file (default: `$KUBECONFIG`, then in-cluster).
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(Client::try_from(config)?)
-}
-
 async fn load(client: Client) -> Result<Model> {
     let lp = ListParams::default();
     let policies = Api::<NetworkPolicy>::all(client.clone())
@@ -321,7 +307,7 @@ pub async fn run(args: NetpolArgs) -> Result<()> {
             what_if: file,
         } => {
             let m = what_if(
-                load(client(args.kubeconfig.as_deref()).await?).await?,
+                load(ferry_kubeclient::client(args.kubeconfig.as_deref()).await?).await?,
                 file.as_deref(),
             )?;
             print!("{}", explain_text(&m, &from, &to)?);
@@ -332,7 +318,7 @@ pub async fn run(args: NetpolArgs) -> Result<()> {
             what_if: file,
         } => {
             let m = what_if(
-                load(client(args.kubeconfig.as_deref()).await?).await?,
+                load(ferry_kubeclient::client(args.kubeconfig.as_deref()).await?).await?,
                 file.as_deref(),
             )?;
             let ports = if ports.is_empty() {

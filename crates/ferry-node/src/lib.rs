@@ -166,25 +166,18 @@ impl AgentArgs {
     }
 }
 
-/// The host name (`/proc/sys/kernel/hostname`, then `$HOSTNAME`).
+/// The host name (`uname(2)`'s node name, then `$HOSTNAME`).
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_lowercase())
-        .ok()
+    Some(rustix::system::uname().nodename().to_string_lossy().trim().to_lowercase())
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into())
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
+/// Whether this process runs as root (effective uid 0): what creating network namespaces, veth
+/// pairs and mount namespaces needs. The one check every subcommand uses.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }
 
 fn have(cmd: &str) -> bool {
@@ -221,7 +214,7 @@ pub async fn start(
     args: AgentArgs,
     stop: CancellationToken,
 ) -> Result<(Agent, tokio::task::JoinHandle<()>)> {
-    let client = client(args.kubeconfig.as_deref()).await?;
+    let client = ferry_kubeclient::client(args.kubeconfig.as_deref()).await?;
     let node_name = args.node_name.clone().unwrap_or_else(host_name);
     let root = is_root();
     let isolate = match args.isolation.as_str() {
@@ -523,15 +516,3 @@ fn netns_network(
     Ok(net)
 }
 
-/// A kube client from the kubeconfig flag.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}

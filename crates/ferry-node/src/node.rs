@@ -27,18 +27,10 @@ pub struct NodeFacts {
     pub network_ready: bool,
 }
 
-/// Total memory from `/proc/meminfo` (0 if unreadable).
+/// Total memory (`sysinfo(2)`: what `/proc/meminfo` shows as `MemTotal`), in bytes.
 pub fn host_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .map(|kib| kib * 1024)
-        .unwrap_or(0)
+    let info = rustix::system::sysinfo();
+    info.totalram.saturating_mul(u64::from(info.mem_unit))
 }
 
 fn read_trim(path: &str) -> String {
@@ -133,7 +125,7 @@ pub fn node_status(f: &NodeFacts, transition: &str) -> Value {
             "machineID": read_trim("/etc/machine-id"),
             "systemUUID": read_trim("/etc/machine-id"),
             "bootID": read_trim("/proc/sys/kernel/random/boot_id"),
-            "kernelVersion": read_trim("/proc/sys/kernel/osrelease"),
+            "kernelVersion": rustix::system::uname().release().to_string_lossy(),
             "osImage": "Linux",
             "containerRuntimeVersion": "ferry://0.1.0",
             "kubeletVersion": "v1.32.0-ferry",
@@ -254,6 +246,30 @@ pub async fn heartbeat(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sysinfo(2)` and `/proc/meminfo` agree on the total (the kernel prints one from the other).
+    #[test]
+    fn host_memory_is_meminfo_total() {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+        let kib: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("MemTotal");
+        assert_eq!(host_memory(), kib * 1024);
+    }
+
+    #[test]
+    fn root_check_matches_proc_status() {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .expect("Uid");
+        assert_eq!(crate::is_root(), euid == "0");
+    }
 
     #[test]
     fn status_and_labels() {

@@ -31,7 +31,7 @@ impl Cluster {
         let running = ferry_apiserver::start(cfg, store, stop.clone())
             .await
             .expect("apiserver");
-        let client = ferry_node::client(Some(&running.kubeconfig))
+        let client = ferry_kubeclient::client(Some(&running.kubeconfig))
             .await
             .expect("client");
         let mut args = ferry_node::AgentArgs::defaults();

@@ -20,22 +20,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::ServerArgs;
+use ferry_node::is_root;
 
 /// The Service range of `ferry up` when none is given.
 pub const SERVICE_RANGE: &str = "127.96.0.0/16";
 /// The load-balancer pool of `ferry up` when none is given.
 const LOADBALANCER_RANGE: &str = "127.0.0.240-127.0.0.254";
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
 
 /// The tenth address of the primary Service range: the kube-dns Service (as kubeadm does).
 fn kube_dns_ip(service_range: &str) -> Option<IpAddr> {
@@ -535,7 +525,7 @@ pub async fn start_services(
         let kc = ids.netpol.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
-            match ferry_netpol::cli::client(Some(&kc)).await {
+            match ferry_kubeclient::client(Some(&kc)).await {
                 Ok(c) => {
                     ferry_netpol::warn::run(c, "loopback".into(), stop, |name| {
                         eprintln!(
@@ -650,7 +640,7 @@ async fn start_netns(
         let l = tokio::net::TcpListener::from_std(l)?;
         tokio::spawn(forward(l, running.addr, shutdown.clone()));
     }
-    let client = ferry_node::client(Some(&kubeconfig)).await?;
+    let client = ferry_kubeclient::client(Some(&kubeconfig)).await?;
     // Each component with its own client certificate and least privilege (issue 14).
     let ids =
         ferry_apiserver::pki::component_kubeconfigs(&a.data_dir, &running.url, &running.kubeconfig)
@@ -683,7 +673,7 @@ async fn start_netns(
     // Cluster DNS: one index fed by watches here; each node namespace answers on the kube-dns
     // address from it.
     let dns = if a.listen_dns.as_deref() != Some("off") {
-        let dns_client = ferry_node::client(Some(&ids.dns)).await?;
+        let dns_client = ferry_kubeclient::client(Some(&ids.dns)).await?;
         Some(dns_index(a, &dns_client, shutdown).await?)
     } else {
         None
@@ -1000,27 +990,19 @@ async fn cluster_client(
     plan: &ferry_node::netns::ClusterPlan,
     port: u16,
 ) -> Result<kube::Client> {
-    let mut kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let gw = plan
         .gateway
         .first()
         .context("the cluster network has no gateway")?;
-    for c in &mut kc.clusters {
-        if let Some(cl) = c.cluster.as_mut()
-            && let Some(server) = cl.server.as_mut()
-        {
-            let scheme = if server.starts_with("http://") {
-                "http"
-            } else {
-                "https"
-            };
-            *server = format!("{scheme}://{gw}:{port}");
-        }
-    }
-    let config =
-        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await?;
-    Ok(kube::Client::try_from(config)?)
+    let server = |old: &str| {
+        let scheme = if old.starts_with("http://") {
+            "http"
+        } else {
+            "https"
+        };
+        format!("{scheme}://{gw}:{port}")
+    };
+    Ok(ferry_kubeclient::client_with_server(kubeconfig, server).await?)
 }
 
 /// Copies connections accepted on `l` (in the cluster namespace) to the API server.
@@ -1423,7 +1405,7 @@ async fn start_netns_ingress(
     let mut publish: Vec<IpAddr> = plan.nodes.iter().flat_map(|n| n.ips.clone()).collect();
     publish.sort_by_key(|ip| ip.is_ipv6());
     let publish = publish.iter().map(|ip| ip.to_string()).collect();
-    let client = match ferry_node::client(Some(kubeconfig)).await {
+    let client = match ferry_kubeclient::client(Some(kubeconfig)).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferry up: ingress not started: {e:#}");

@@ -243,7 +243,7 @@ pub fn reap_stale(state_dir: &std::path::Path) -> usize {
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok());
             if recorded.is_some() && recorded == process_start_time(pid) {
-                signal_group(pid, "KILL");
+                signal_group(pid, Signal::KILL);
                 reaped += 1;
             }
             let _ = std::fs::remove_file(e.path());
@@ -281,14 +281,14 @@ pub(super) async fn run_once(
             st = child.wait() => return Some(exit_of(st).0),
             r = rx.changed() => {
                 if r.is_err() || rx.borrow().metadata.deletion_timestamp.is_some() {
-                    if let Some(pid) = child.id() { signal_group(pid, "KILL"); }
+                    if let Some(pid) = child.id() { signal_group(pid, Signal::KILL); }
                     stop.cancel();
                     let _ = child.wait().await;
                     return None;
                 }
             }
             _ = gone.cancelled() => {
-                if let Some(pid) = child.id() { signal_group(pid, "KILL"); }
+                if let Some(pid) = child.id() { signal_group(pid, Signal::KILL); }
                 stop.cancel();
                 let _ = child.wait().await;
                 return None;
@@ -548,14 +548,14 @@ pub(super) async fn terminate(
         return exit_of(child.wait().await);
     };
     if grace.is_zero() {
-        signal_group(pid, "KILL");
+        signal_group(pid, Signal::KILL);
     } else {
-        signal_group(pid, "TERM");
+        signal_group(pid, Signal::TERM);
     }
     match tokio::time::timeout(grace.max(Duration::from_millis(1)), child.wait()).await {
         Ok(st) => exit_of(st),
         Err(_) => {
-            signal_group(pid, "KILL");
+            signal_group(pid, Signal::KILL);
             exit_of(child.wait().await)
         }
     }

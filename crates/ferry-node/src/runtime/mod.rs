@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Event, Pod, Probe, Secret
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
+use rustix::process::{Pid, Signal};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -186,7 +187,7 @@ impl Runtime {
                 if let Ok(c) = h.shared.containers.lock() {
                     for info in c.values() {
                         if let Some(pid) = info.pid {
-                            signal_group(pid, "KILL");
+                            signal_group(pid, Signal::KILL);
                         }
                     }
                 }
@@ -229,15 +230,12 @@ fn rand_suffix() -> u64 {
     h.finish()
 }
 
-/// Sends a signal to a process group with `kill(1)` (no unsafe code in Ferry).
-pub fn signal_group(pid: u32, sig: &str) {
-    let _ = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// Sends a signal to the process group `pid` leads (`kill(2)` with `-pid`). Errors (the group
+/// is gone) are ignored: the caller waits for the exit either way.
+pub fn signal_group(pid: u32, sig: Signal) {
+    if let Some(pgid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        let _ = rustix::process::kill_process_group(pgid, sig);
+    }
 }
 
 /// Messages from container tasks to their pod worker.
