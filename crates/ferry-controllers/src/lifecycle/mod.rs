@@ -199,7 +199,7 @@ where
     tokio::spawn(async move {
         let stream = kube::runtime::reflector::reflector(
             writer,
-            kube::runtime::watcher(api, kube::runtime::watcher::Config::default())
+            crate::runtime::reflect::watch_stream(api, kube::runtime::watcher::Config::default())
                 .modify(crate::runtime::reflect::slim_meta::<K>)
                 .default_backoff(),
         );

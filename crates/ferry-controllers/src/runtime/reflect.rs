@@ -7,6 +7,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
@@ -81,6 +82,70 @@ pub fn slim_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
+/// A watcher that lists with one streaming request (`sendInitialEvents=true`, upstream's
+/// WatchList: the initial objects as watch events, then a bookmark marking their end) instead
+/// of pages, and falls back to paged lists when the server refuses that (400/422: servers
+/// without the feature reject `sendInitialEvents` or `resourceVersionMatch` on a watch).
+pub fn watch_stream<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    watch_stream_named(api, config, kind)
+}
+
+/// [`watch_stream`] for kinds known at run time (`kind` names it in logs).
+pub fn watch_stream_named<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: String,
+) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+{
+    let streaming = watcher(api.clone(), config.clone().streaming_lists()).boxed();
+    futures::stream::unfold(
+        (streaming, Some((api, config)), kind),
+        |(mut stream, mut fallback, kind)| async move {
+            loop {
+                let item = stream.next().await?;
+                if let Some((api, config)) = &fallback {
+                    match &item {
+                        Err(e) if refuses_streaming(e) => {
+                            tracing::info!(
+                                kind = %kind,
+                                "the API server refuses streaming lists, using paged lists: {e}"
+                            );
+                            stream = watcher(api.clone(), config.clone()).boxed();
+                            fallback = None;
+                            continue;
+                        }
+                        // The server accepted the streaming watch.
+                        Ok(_) => fallback = None,
+                        Err(_) => {}
+                    }
+                }
+                return Some((item, (stream, fallback, kind)));
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Whether a watch error says the server does not serve streaming lists.
+pub fn refuses_streaming(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
+}
+
 /// Receives a reflector's changes, and the end of each (re)list.
 pub(crate) trait Sink<K>: Send + 'static {
     fn change(&mut self, ch: Change<'_, K>);
@@ -134,7 +199,10 @@ where
     let store = reader.clone();
     let kind = K::kind(&dyntype).to_string();
     tokio::spawn(async move {
-        let mut stream = watcher(api, config).modify(slim).default_backoff().boxed();
+        let mut stream = watch_stream_named(api, config, kind.clone())
+            .modify(slim)
+            .default_backoff()
+            .boxed();
         // The store's contents when a relist began.
         let mut before: Option<Vec<Arc<K>>> = None;
         loop {
@@ -205,4 +273,45 @@ where
         }
     });
     store
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> Box<kube::core::Status> {
+        Box::new(kube::core::Status::failure("refused", "Invalid").with_code(code))
+    }
+
+    #[test]
+    fn only_a_refused_watch_request_falls_back_to_paged_lists() {
+        for (code, refused) in [
+            (400, true),
+            (422, true),
+            (403, false),
+            (500, false),
+            (410, false),
+        ] {
+            let start = watcher::Error::WatchStartFailed(kube::Error::Api(status(code)));
+            assert_eq!(refuses_streaming(&start), refused, "start {code}");
+            let event = watcher::Error::WatchError(status(code));
+            assert_eq!(refuses_streaming(&event), refused, "event {code}");
+        }
+        assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
+        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(
+            kube::Error::Api(status(422))
+        )));
+    }
+
+    #[test]
+    fn slim_meta_drops_managed_fields_only() {
+        let mut p = k8s_openapi::api::core::v1::Pod::default();
+        p.metadata.name = Some("p".into());
+        p.metadata.resource_version = Some("7".into());
+        p.metadata.managed_fields = Some(vec![Default::default()]);
+        slim_meta(&mut p);
+        assert!(p.metadata.managed_fields.is_none());
+        assert_eq!(p.metadata.name.as_deref(), Some("p"));
+        assert_eq!(p.metadata.resource_version.as_deref(), Some("7"));
+    }
 }

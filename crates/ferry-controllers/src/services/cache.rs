@@ -137,8 +137,9 @@ pub async fn run_watch<K>(
     stop: CancellationToken,
 ) where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
 {
-    let mut stream = watcher(api, watcher::Config::default())
+    let mut stream = crate::runtime::reflect::watch_stream(api, watcher::Config::default())
         .modify(crate::runtime::reflect::slim_meta::<K>)
         .default_backoff()
         .boxed();
