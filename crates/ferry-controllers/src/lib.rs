@@ -32,15 +32,7 @@ pub struct ControllersArgs {
 
 /// A kube client from the kubeconfig flag.
 pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    Ok(ferry_kubeclient::client(kubeconfig).await?)
 }
 
 /// Runs every controller until `shutdown` completes; only while this process holds the lease.

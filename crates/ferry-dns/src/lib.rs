@@ -183,16 +183,7 @@ impl DnsArgs {
 }
 
 async fn kube_client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match path {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .with_context(|| format!("reading {}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    Ok(ferry_kubeclient::client(path.map(PathBuf::as_path)).await?)
 }
 
 /// Runs `ferry dns` until `shutdown` completes.

@@ -24,8 +24,8 @@ pub use routes::CONTROLLER_NAME;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("reading kubeconfig {0}: {1}")]
-    Kubeconfig(String, String),
+    #[error(transparent)]
+    Kubeconfig(#[from] ferry_kubeclient::Error),
     #[error("kube client: {0}")]
     Kube(#[from] kube::Error),
     #[error("listening on {0}: {1}")]
@@ -141,19 +141,7 @@ fn parse_addr(s: &str) -> Result<Option<SocketAddr>, Error> {
 }
 
 async fn client_for(args: &IngressArgs) -> Result<kube::Client, Error> {
-    let config = match args.kubeconfig.as_deref() {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| Error::Kubeconfig(path.display().to_string(), e.to_string()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Kubeconfig("(inferred)".into(), e.to_string()))?,
-    };
-    Ok(kube::Client::try_from(config)?)
+    Ok(ferry_kubeclient::client(args.kubeconfig.as_deref()).await?)
 }
 
 /// Binds the listeners (in `--netns` when given) and starts the proxy and the controller;

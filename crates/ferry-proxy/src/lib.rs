@@ -325,16 +325,7 @@ pub async fn run(
     if args.kernel.cleanup {
         return kernel::cleanup(&args);
     }
-    let config = match args.kubeconfig.as_deref() {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await?
-        }
-        None => kube::Config::infer().await?,
-    };
-    let client = kube::Client::try_from(config)?;
+    let client = ferry_kubeclient::client(args.kubeconfig.as_deref()).await?;
     if let Some(ProxyAction::Trace(t)) = &args.action {
         print!("{}", kernel::trace_cmd(client, &args, t).await?);
         return Ok(());
