@@ -115,6 +115,40 @@ pub struct NameData {
 
 type Key = (Box<str>, Box<str>);
 
+/// A pod's IPs without a heap allocation for the usual one (or none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PodIps {
+    One(IpAddr),
+    /// None or several (dual-stack).
+    Many(Box<[IpAddr]>),
+}
+
+impl PodIps {
+    fn new(ips: &[IpAddr]) -> Self {
+        match ips {
+            [ip] => PodIps::One(*ip),
+            _ => PodIps::Many(ips.into()),
+        }
+    }
+    fn as_slice(&self) -> &[IpAddr] {
+        match self {
+            PodIps::One(ip) => std::slice::from_ref(ip),
+            PodIps::Many(v) => v,
+        }
+    }
+}
+
+/// One pod: its IPs, and the (re)list that last saw it.
+#[derive(Debug)]
+struct PodEntry {
+    ips: PodIps,
+    epoch: u32,
+}
+
+/// Pods keyed by (interned namespace id, name): at 150,000 pods each entry is ~60 bytes plus
+/// its name, instead of two strings and a vector per pod.
+type PodKey = (u32, Box<str>);
+
 #[derive(Debug, Default)]
 struct ServiceState {
     svc: Option<ServiceInfo>,
@@ -134,9 +168,15 @@ pub struct Index {
     /// Empty non-terminals (ancestors of names, below the apex), reference counted.
     ents: HashMap<Box<str>, u32>,
     ptr: HashMap<IpAddr, Vec<Box<str>>>,
-    /// pod IP -> namespaces of pods having it.
-    pod_ips: HashMap<IpAddr, Vec<Box<str>>>,
-    pods: HashMap<Key, Vec<IpAddr>>,
+    /// Namespace names of pods, interned: id -> name (never shrinks; one entry per namespace
+    /// ever seen with a pod).
+    ns_names: Vec<Box<str>>,
+    ns_ids: HashMap<Box<str>, u32>,
+    /// (pod IP, namespace id) -> how many pods of that namespace have the IP.
+    pod_ips: HashMap<(IpAddr, u32), u32>,
+    pods: HashMap<PodKey, PodEntry>,
+    /// The current pod (re)list; entries not seen by it are removed at its end.
+    pod_epoch: u32,
     serial: u32,
     generation: u64,
 }
@@ -165,8 +205,11 @@ impl Index {
             names: HashMap::new(),
             ents: HashMap::new(),
             ptr: HashMap::new(),
+            ns_names: Vec::new(),
+            ns_ids: HashMap::new(),
             pod_ips: HashMap::new(),
             pods: HashMap::new(),
+            pod_epoch: 0,
             serial: now_unix(),
             generation: 0,
         }
@@ -193,9 +236,9 @@ impl Index {
         self.ptr.get(ip).map(|v| v.as_slice())
     }
     pub fn pod_exists(&self, ns: &str, ip: &IpAddr) -> bool {
-        self.pod_ips
-            .get(ip)
-            .is_some_and(|v| v.iter().any(|n| &**n == ns))
+        self.ns_ids
+            .get(ns)
+            .is_some_and(|id| self.pod_ips.contains_key(&(*ip, *id)))
     }
     pub fn service_count(&self) -> usize {
         self.services.values().filter(|s| s.svc.is_some()).count()
@@ -210,10 +253,10 @@ impl Index {
         self.services.values().flat_map(|s| s.slices.values())
     }
     pub fn pods(&self) -> impl Iterator<Item = PodInfo> + '_ {
-        self.pods.iter().map(|((ns, name), ips)| PodInfo {
-            namespace: ns.to_string(),
+        self.pods.iter().map(|((ns, name), e)| PodInfo {
+            namespace: self.ns_names[*ns as usize].to_string(),
             name: name.to_string(),
-            ips: ips.clone(),
+            ips: e.ips.as_slice().to_vec(),
         })
     }
 
@@ -286,22 +329,40 @@ impl Index {
         true
     }
 
+    fn ns_id(&mut self, ns: &str) -> u32 {
+        if let Some(id) = self.ns_ids.get(ns) {
+            return *id;
+        }
+        let id = self.ns_names.len() as u32;
+        self.ns_names.push(ns.into());
+        self.ns_ids.insert(ns.into(), id);
+        id
+    }
+
     pub fn upsert_pod(&mut self, pod: PodInfo) -> bool {
-        let key: Key = (pod.namespace.as_str().into(), pod.name.as_str().into());
-        if self.pods.get(&key) == Some(&pod.ips) {
-            return false;
+        let key: PodKey = (self.ns_id(&pod.namespace), pod.name.into_boxed_str());
+        let epoch = self.pod_epoch;
+        if let Some(e) = self.pods.get_mut(&key) {
+            e.epoch = epoch;
+            if e.ips.as_slice() == pod.ips.as_slice() {
+                return false;
+            }
         }
         self.remove_pod_ips(&key);
         for ip in &pod.ips {
-            self.pod_ips.entry(*ip).or_default().push(key.0.clone());
+            *self.pod_ips.entry((*ip, key.0)).or_default() += 1;
         }
-        self.pods.insert(key, pod.ips);
+        let ips = PodIps::new(&pod.ips);
+        self.pods.insert(key, PodEntry { ips, epoch });
         self.touch();
         true
     }
 
     pub fn delete_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let key: Key = (namespace.into(), name.into());
+        let Some(ns) = self.ns_ids.get(namespace).copied() else {
+            return false;
+        };
+        let key: PodKey = (ns, name.into());
         if !self.pods.contains_key(&key) {
             return false;
         }
@@ -311,17 +372,44 @@ impl Index {
         true
     }
 
-    fn remove_pod_ips(&mut self, key: &Key) {
-        let Some(ips) = self.pods.get(key) else {
+    /// Starts a (re)list of pods: [`Index::upsert_pod`] marks what it sees until
+    /// [`Index::end_pod_relist`] removes the pods it did not see.
+    pub fn begin_pod_relist(&mut self) {
+        self.pod_epoch = self.pod_epoch.wrapping_add(1);
+    }
+
+    /// Ends a pod (re)list: removes the pods it did not see. Returns whether any went.
+    pub fn end_pod_relist(&mut self) -> bool {
+        let epoch = self.pod_epoch;
+        let stale: Vec<PodKey> = self
+            .pods
+            .iter()
+            .filter(|(_, e)| e.epoch != epoch)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &stale {
+            self.remove_pod_ips(k);
+            self.pods.remove(k);
+        }
+        if !stale.is_empty() {
+            self.touch();
+        }
+        // Give back what a larger cluster needed.
+        self.pods.shrink_to_fit();
+        self.pod_ips.shrink_to_fit();
+        !stale.is_empty()
+    }
+
+    fn remove_pod_ips(&mut self, key: &PodKey) {
+        let Some(e) = self.pods.get(key) else {
             return;
         };
-        for ip in ips {
-            if let Some(v) = self.pod_ips.get_mut(ip) {
-                if let Some(i) = v.iter().position(|n| *n == key.0) {
-                    v.swap_remove(i);
-                }
-                if v.is_empty() {
-                    self.pod_ips.remove(ip);
+        for ip in e.ips.as_slice() {
+            let k = (*ip, key.0);
+            if let Some(n) = self.pod_ips.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pod_ips.remove(&k);
                 }
             }
         }
@@ -645,5 +733,41 @@ mod tests {
         assert!(!idx.pod_exists("a", &ip));
         idx.delete_pod("a", "p");
         assert_eq!(idx.pod_count(), 0);
+    }
+
+    #[test]
+    fn pods_sharing_an_ip_and_dual_stack() {
+        let mut idx = Index::new(ZoneConfig::default());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let pod = |ns: &str, name: &str, ips: &[&str]| PodInfo {
+            namespace: ns.into(),
+            name: name.into(),
+            ips: ips.iter().map(|s| ip(s)).collect(),
+        };
+        // Two pods of one namespace with the same IP (hostNetwork), one in another namespace.
+        assert!(idx.upsert_pod(pod("a", "h1", &["10.0.0.1"])));
+        assert!(idx.upsert_pod(pod("a", "h2", &["10.0.0.1"])));
+        assert!(idx.upsert_pod(pod("b", "d", &["10.0.0.2", "fd00::2"])));
+        assert!(
+            !idx.upsert_pod(pod("b", "d", &["10.0.0.2", "fd00::2"])),
+            "no-op"
+        );
+        assert!(idx.pod_exists("a", &ip("10.0.0.1")));
+        assert!(!idx.pod_exists("b", &ip("10.0.0.1")));
+        assert!(idx.pod_exists("b", &ip("fd00::2")));
+        assert!(!idx.pod_exists("nowhere", &ip("10.0.0.2")));
+        assert!(idx.delete_pod("a", "h1"));
+        assert!(idx.pod_exists("a", &ip("10.0.0.1")), "h2 still has it");
+        assert!(idx.delete_pod("a", "h2"));
+        assert!(!idx.pod_exists("a", &ip("10.0.0.1")));
+        assert!(!idx.delete_pod("a", "h2"));
+        assert!(!idx.delete_pod("zz", "h2"));
+        let mut all: Vec<PodInfo> = idx.pods().collect();
+        all.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(all, vec![pod("b", "d", &["10.0.0.2", "fd00::2"])]);
+        assert!(idx.upsert_pod(pod("b", "d", &["10.0.0.3"])));
+        assert!(!idx.pod_exists("b", &ip("fd00::2")));
+        assert!(idx.delete_pod("b", "d"));
+        assert!(idx.pod_ips.is_empty() && idx.pods.is_empty());
     }
 }

@@ -243,7 +243,9 @@ pub fn project_slim_pod(p: &SlimPod) -> Option<PodInfo> {
 }
 
 /// How one watched kind maps onto the index.
-pub trait Watched: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
     const KIND: &'static str;
     fn key(&self) -> Option<(String, String)> {
         Some((self.meta().namespace.clone()?, self.meta().name.clone()?))
@@ -251,6 +253,15 @@ pub trait Watched: Resource + Clone + DeserializeOwned + Debug + Send + Sync + '
     fn upsert(&self, idx: &mut Index) -> bool;
     fn remove(idx: &mut Index, ns: &str, name: &str) -> bool;
     fn keys(idx: &Index) -> Vec<(String, String)>;
+    /// Whether the index itself marks what a (re)list saw ([`Watched::relist_begin`] /
+    /// [`Watched::relist_end`]) instead of [`apply_event`] collecting every key: for Pods,
+    /// where 150,000 key pairs would be the largest allocation of a relist.
+    const INDEX_TRACKS_RELIST: bool = false;
+    fn relist_begin(_idx: &mut Index) {}
+    /// Removes what the (re)list did not see; returns whether anything changed.
+    fn relist_end(_idx: &mut Index) -> bool {
+        false
+    }
 }
 
 impl Watched for Service {
@@ -305,6 +316,13 @@ impl Watched for SlimPod {
     fn keys(idx: &Index) -> Vec<(String, String)> {
         idx.pods().map(|p| (p.namespace, p.name)).collect()
     }
+    const INDEX_TRACKS_RELIST: bool = true;
+    fn relist_begin(idx: &mut Index) {
+        idx.begin_pod_relist()
+    }
+    fn relist_end(idx: &mut Index) -> bool {
+        idx.end_pod_relist()
+    }
 }
 
 /// Applies one watch event. `relist` collects the keys seen during a (re)list, so that objects
@@ -320,13 +338,23 @@ pub fn apply_event<K: Watched>(
     let changed = match ev {
         Event::Init => {
             *relist = Some(HashSet::new());
+            if K::INDEX_TRACKS_RELIST {
+                shared.update(K::relist_begin);
+            }
             false
         }
         Event::InitApply(obj) => {
-            if let (Some(seen), Some(k)) = (relist.as_mut(), obj.key()) {
+            if !K::INDEX_TRACKS_RELIST
+                && let (Some(seen), Some(k)) = (relist.as_mut(), obj.key())
+            {
                 seen.insert(k);
             }
             shared.update(|idx| obj.upsert(idx))
+        }
+        Event::InitDone if K::INDEX_TRACKS_RELIST => {
+            *relist = None;
+            shared.update(K::relist_end);
+            return true;
         }
         Event::InitDone => {
             let seen = relist.take().unwrap_or_default();
@@ -357,6 +385,57 @@ pub fn apply_event<K: Watched>(
     false
 }
 
+/// A watcher that lists with one streaming request (`sendInitialEvents=true`, upstream's
+/// WatchList: the initial objects as watch events, then a bookmark marking their end) instead
+/// of pages of 500, and falls back to paged lists when the server refuses that (400/422:
+/// servers without the feature reject `sendInitialEvents` or `resourceVersionMatch` on a
+/// watch).
+pub fn watch_stream<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> futures::stream::BoxStream<'static, watcher::Result<Event<K>>>
+where
+    K::DynamicType: Default,
+{
+    let streaming = watcher::watcher(api.clone(), config.clone().streaming_lists()).boxed();
+    futures::stream::unfold(
+        (streaming, Some((api, config))),
+        |(mut stream, mut fallback)| async move {
+            loop {
+                let item = stream.next().await?;
+                if let Some((api, config)) = &fallback {
+                    match &item {
+                        Err(e) if refuses_streaming(e) => {
+                            tracing::info!(
+                                kind = K::KIND,
+                                "the API server refuses streaming lists, using paged lists: {e}"
+                            );
+                            stream = watcher::watcher(api.clone(), config.clone()).boxed();
+                            fallback = None;
+                            continue;
+                        }
+                        // The server accepted the streaming watch.
+                        Ok(_) => fallback = None,
+                        Err(_) => {}
+                    }
+                }
+                return Some((item, (stream, fallback)));
+            }
+        },
+    )
+    .boxed()
+}
+
+/// Whether a watch error says the server does not serve streaming lists.
+pub fn refuses_streaming(e: &watcher::Error) -> bool {
+    let code = match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
+        watcher::Error::WatchError(s) => s.code,
+        _ => return false,
+    };
+    matches!(code, 400 | 422)
+}
+
 /// Watches one kind forever, feeding the index. Calls `on_synced` after the first full list.
 pub async fn watch_kind<K: Watched>(
     api: Api<K>,
@@ -364,7 +443,7 @@ pub async fn watch_kind<K: Watched>(
     metrics: Arc<Metrics>,
     on_synced: tokio::sync::mpsc::Sender<&'static str>,
 ) {
-    let mut stream = watcher::watcher(api, watcher::Config::default())
+    let mut stream = watch_stream(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     let mut relist = None;
@@ -581,5 +660,104 @@ mod tests {
         assert!(shared.read().name("b.ns.svc.cluster.local").is_some());
         apply_event(&shared, &m, &mut relist, Event::Delete(mk("b")));
         assert_eq!(shared.read().service_count(), 0);
+    }
+
+    #[test]
+    fn pod_relist_removes_vanished_pods_and_keeps_serving_until_done() {
+        let shared = SharedIndex::new(Index::new(ZoneConfig::default()));
+        let m = Metrics::new();
+        let mk = |ns: &str, name: &str, ip: &str| -> SlimPod {
+            serde_json::from_value(json!({
+                "metadata": {"namespace": ns, "name": name},
+                "status": {"podIPs": [{"ip": ip}]}
+            }))
+            .unwrap()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut relist = None;
+        apply_event::<SlimPod>(&shared, &m, &mut relist, Event::Init);
+        for (ns, n, i) in [
+            ("a", "p1", "10.0.0.1"),
+            ("a", "p2", "10.0.0.2"),
+            ("b", "p1", "10.0.0.3"),
+        ] {
+            apply_event(&shared, &m, &mut relist, Event::InitApply(mk(ns, n, i)));
+        }
+        assert!(apply_event::<SlimPod>(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitDone
+        ));
+        assert_eq!(shared.read().pod_count(), 3);
+        // Reconnect: a/p2 is gone, b/p1 moved to another IP, a/p3 is new.
+        apply_event::<SlimPod>(&shared, &m, &mut relist, Event::Init);
+        apply_event(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitApply(mk("a", "p1", "10.0.0.1")),
+        );
+        apply_event(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitApply(mk("b", "p1", "10.0.0.9")),
+        );
+        apply_event(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitApply(mk("a", "p3", "10.0.0.4")),
+        );
+        // Serve-stale until InitDone.
+        assert!(shared.read().pod_exists("a", &ip("10.0.0.2")));
+        assert!(apply_event::<SlimPod>(
+            &shared,
+            &m,
+            &mut relist,
+            Event::InitDone
+        ));
+        let idx = shared.read();
+        assert_eq!(idx.pod_count(), 3);
+        assert!(!idx.pod_exists("a", &ip("10.0.0.2")));
+        assert!(idx.pod_exists("a", &ip("10.0.0.1")));
+        assert!(idx.pod_exists("a", &ip("10.0.0.4")));
+        assert!(idx.pod_exists("b", &ip("10.0.0.9")));
+        assert!(!idx.pod_exists("b", &ip("10.0.0.3")));
+        drop(idx);
+        // A second relist that sees everything removes nothing.
+        apply_event::<SlimPod>(&shared, &m, &mut relist, Event::Init);
+        for (ns, n, i) in [
+            ("a", "p1", "10.0.0.1"),
+            ("b", "p1", "10.0.0.9"),
+            ("a", "p3", "10.0.0.4"),
+        ] {
+            apply_event(&shared, &m, &mut relist, Event::InitApply(mk(ns, n, i)));
+        }
+        apply_event::<SlimPod>(&shared, &m, &mut relist, Event::InitDone);
+        assert_eq!(shared.read().pod_count(), 3);
+    }
+
+    #[test]
+    fn only_a_refused_watch_request_falls_back_to_paged_lists() {
+        let status =
+            |code| Box::new(kube::core::Status::failure("refused", "Invalid").with_code(code));
+        for (code, refused) in [
+            (400, true),
+            (422, true),
+            (403, false),
+            (500, false),
+            (410, false),
+        ] {
+            let start = watcher::Error::WatchStartFailed(kube::Error::Api(status(code)));
+            assert_eq!(refuses_streaming(&start), refused, "start {code}");
+            assert_eq!(
+                refuses_streaming(&watcher::Error::WatchError(status(code))),
+                refused,
+                "event {code}"
+            );
+        }
+        assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
     }
 }
