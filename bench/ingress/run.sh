@@ -3,17 +3,20 @@
 # Ferry's Ingress data path vs nginx and HAProxy (Debian packages) configured equivalently —
 # one frontend, Host/Prefix routing to one backend, keep-alive pooled upstream connections,
 # X-Forwarded-For/-Proto/-Host and X-Real-IP set — each proxy pinned to ONE core (taskset),
-# in the same run. The origin is an nginx answering 100-byte bodies; wrk and the origin share
-# the other core. Loopback only.
+# in the same run. The origin is `bench_origin` (an epoll loop answering a fixed 100-byte body,
+# far cheaper per request than any proxy), the same for all proxies; wrk and the origin share
+# the other core, so the proxy's core is the bottleneck (checked: each run prints the proxy's
+# and the load side's CPU use). Rounds interleave the proxies; figures are medians over rounds.
+# Loopback only. PROXIES="ferry nginx" runs a subset.
 #
-#   bench/ingress/run.sh [SECONDS=10] [CONNECTIONS=64] [ROUNDS=2]
+#   bench/ingress/run.sh [SECONDS=5] [CONNECTIONS=64] [ROUNDS=3]
 #
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECS=${1:-10}
+SECS=${1:-5}
 CONNS=${2:-64}
-ROUNDS=${3:-2}
+ROUNDS=${3:-3}
 PROXY_CPU=1
 LOAD_CPU=0
 ORIGIN=127.0.0.1:18080
@@ -31,8 +34,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian's nginx package starts a service on port 80; this bench never uses it.
 
-[ -n "${NO_BUILD:-}" ] || nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench
+[ -n "${NO_BUILD:-}" ] || nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench --example bench_origin
 BIN=target/release/examples/ingress_bench
+ORIGIN_BIN=target/release/examples/bench_origin
 W=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -42,26 +46,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-BODY=$(printf 'x%.0s' $(seq 1 99))   # 99 bytes + newline = 100-byte responses
-mkdir -p "$W/origin" "$W/nginx"
-cat >"$W/origin/nginx.conf" <<CFG
-daemon off;
-master_process off;
-worker_processes 1;
-user root;
-pid $W/origin/nginx.pid;
-error_log $W/origin/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server {
-    listen $ORIGIN reuseport backlog=4096;
-    default_type text/plain;
-    location / { return 200 "$BODY\n"; }
-  }
-}
-CFG
+mkdir -p "$W/nginx"
 cat >"$W/nginx/nginx.conf" <<CFG
 daemon off;
 master_process off;
@@ -119,7 +104,7 @@ backend be
 CFG
 
 declare -A PID
-taskset -c $LOAD_CPU nginx -c "$W/origin/nginx.conf" & PIDS+=($!)
+taskset -c $LOAD_CPU "$ORIGIN_BIN" "$ORIGIN" 100 & PIDS+=($!); ORIGIN_PID=$!
 taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!); PID[ferry]=$!
 taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!); PID[hyper]=$!
 taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!); PID[nginx]=$!
@@ -129,57 +114,63 @@ for a in $ORIGIN $FERRY $NGINX $HAP $HYPER; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
 done
 
-# wrk: requests/s, the p99 latency (in ms) and, when perf is there, the proxy's CPU time per
-# request in microseconds (perf stat task-clock of the proxy process over the run): the cost
-# that bounds requests/s when the proxy core is the bottleneck, and far less sensitive than
-# requests/s to other jobs sharing the machine.
+# One wrk run against one proxy: requests/s, p99 (ms), the proxy's CPU time per request (µs,
+# perf stat task-clock of the proxy process over the run: the cost that bounds requests/s on
+# one core), and the CPU share of the proxy and of the load side (wrk + origin) over the run.
+# A proxy share near 100 % (of what the machine's other jobs leave) with the load side below it
+# means the proxy was the bottleneck.
 run() {
-  local out rps p99 req cpu=0 sp=""
-  if [ "$PERF" = 1 ]; then
-    perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & sp=$!
-    sleep 0.2
-  fi
-  out=$(taskset -c $LOAD_CPU wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "http://$1/")
+  local out rps p99 req wall cpu=0 pshare=0 lshare=0
+  perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local sp=$!
+  perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
+  sleep 0.3
+  out=$(taskset -c $LOAD_CPU perf stat -x, -e task-clock -o "$W/wstat" -- \
+        wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "http://$1/")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   req=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
-  if [ -n "$sp" ]; then
-    wait "$sp" || true
-    cpu=$(awk -F, -v r="$req" '$3=="task-clock" || $3 ~ /^task-clock/ {printf "%.2f", $1*1000/r}' "$W/stat")
-  fi
-  echo "$rps $p99 ${cpu:-0}"
+  wait "$sp" "$op" || true
+  # task-clock of a -p run covers the sleep ($SECS+1 s, the wrk run inside it); the requests
+  # all fall in the wrk run, the idle remainder adds ~nothing.
+  cpu=$(awk -F, -v r="$req" '$3 ~ /^task-clock/ {printf "%.2f", $1*1000/r}' "$W/stat")
+  pshare=$(awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {printf "%.0f", $1/(s*10)}' "$W/stat")
+  lshare=$(cat "$W/ostat" "$W/wstat" | awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {t+=$1} END {printf "%.0f", t/(s*10)}')
+  echo "$rps $p99 ${cpu:-0} ${pshare:-0} ${lshare:-0}"
 }
-PERF=0
-if command -v perf >/dev/null 2>&1 && perf stat -e task-clock -- true >/dev/null 2>&1; then PERF=1; fi
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, $ROUNDS rounds =="
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+perf stat -e task-clock -- true >/dev/null 2>&1 || { echo "perf stat does not work here" >&2; exit 1; }
+echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
+echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run)"
+NAMES=${PROXIES:-ferry nginx haproxy hyper}
 declare -A RPS P99 CPU
-NAMES="ferry nginx haproxy hyper"
-for name in $NAMES; do RPS[$name]=0; P99[$name]=0; CPU[$name]=0; done
 for r in $(seq 1 "$ROUNDS"); do
   for name in $NAMES; do
     case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; hyper) a=$HYPER;; esac
-    read -r rps p99 cpu < <(run "$a" "${PID[$name]}")
-    printf '  round %d %-8s %10.0f req/s   p99 %7.2f ms   cpu %6.2f us/req\n' "$r" "$name" "$rps" "$p99" "$cpu"
-    CPU[$name]=$(awk -v a="${CPU[$name]}" -v b="$cpu" 'BEGIN{print a+b}')
-    RPS[$name]=$(awk -v a="${RPS[$name]}" -v b="$rps" 'BEGIN{print a+b}')
-    P99[$name]=$(awk -v a="${P99[$name]}" -v b="$p99" 'BEGIN{print (b>a)?b:a}')
+    read -r rps p99 cpu ps ls < <(run "$a" "${PID[$name]}")
+    printf '  round %d %-8s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%%\n' \
+      "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls"
+    RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== mean req/s, worst p99 over rounds (hyper = Ferry without its fast path) =="
+echo "== medians over $ROUNDS rounds (hyper = Ferry without its fast path) =="
 for name in $NAMES; do
-  RPS[$name]=$(awk -v a="${RPS[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.0f", a/n}')
-  CPU[$name]=$(awk -v a="${CPU[$name]}" -v n="$ROUNDS" 'BEGIN{printf "%.2f", a/n}')
-  printf '  %-8s %10s req/s   p99 %7s ms   cpu %6s us/req\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}"
+  RPS[$name]=$(median <<<"${RPS[$name]}"); P99[$name]=$(median <<<"${P99[$name]}"); CPU[$name]=$(median <<<"${CPU[$name]}")
+  printf '  %-8s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}"
 done
+case " $NAMES " in *" ferry "*" nginx "*" haproxy "*) ;; *) exit 0;; esac
 best=nginx
 if awk -v h="${RPS[haproxy]}" -v n="${RPS[nginx]}" 'BEGIN{exit !(h>n)}'; then best=haproxy; fi
 awk -v f="${RPS[ferry]}" -v n="${RPS[nginx]}" -v h="${RPS[haproxy]}" -v fp="${P99[ferry]}" \
-    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" -v y="${RPS[hyper]}" \
-    -v fc="${CPU[ferry]}" -v nc="${CPU[nginx]}" -v hc="${CPU[haproxy]}" -v yc="${CPU[hyper]}" 'BEGIN{
-  printf "ratio req/s  ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
-  printf "ratio req/s  ferry/ferry-hyper-path %.2f\n", f/y
-  if (fc > 0) printf "ratio cpu/req (peer/ferry: requests/s per core)  nginx %.2f  haproxy %.2f  ferry-hyper-path %.2f\n", nc/fc, hc/fc, yc/fc
-  printf "ratio p99    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
+    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" \
+    -v fc="${CPU[ferry]}" -v nc="${CPU[nginx]}" -v hc="${CPU[haproxy]}" 'BEGIN{
+  printf "ratio req/s    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
+  printf "ratio p99      ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
+  printf "ratio cpu/req  nginx/ferry %.2f  haproxy/ferry %.2f  (requests per core-second, ferry vs peer)\n", nc/fc, hc/fc
 }'
+if [ -n "${RPS[hyper]:-}" ]; then
+  awk -v f="${RPS[ferry]}" -v y="${RPS[hyper]}" -v fc="${CPU[ferry]}" -v yc="${CPU[hyper]}" \
+    'BEGIN{printf "ferry fast path vs its hyper path: req/s %.2f  cpu/req %.2f\n", f/y, yc/fc}'
+fi

@@ -11,15 +11,16 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use futures::FutureExt;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_util::sync::WaitForCancellationFuture;
 
 use crate::routes::{Target, Upstream, normalize_host};
 
@@ -53,17 +54,8 @@ impl RawPool {
                 let mut idle = self.idle.lock().ok()?;
                 idle.get_mut(&ep)?.pop()?
             };
-            if since.elapsed() >= self.idle_timeout {
+            if since.elapsed() >= self.idle_timeout || !idle_usable(&s) {
                 continue;
-            }
-            // Readiness is what epoll last reported: only when the socket looks readable
-            // (the backend closed it, or sent something unasked) is it probed.
-            if s.ready(Interest::READABLE).now_or_never().is_some() {
-                let mut b = [0u8; 1];
-                match s.try_read(&mut b) {
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    _ => continue,
-                }
             }
             return Some(s);
         }
@@ -481,7 +473,12 @@ pub fn write_response_head(
 ) {
     out.clear();
     out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(plan.status.to_string().as_bytes());
+    let st = plan.status;
+    out.extend_from_slice(&[
+        b'0' + (st / 100 % 10) as u8,
+        b'0' + (st / 10 % 10) as u8,
+        b'0' + (st % 10) as u8,
+    ]);
     out.push(b' ');
     out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
@@ -519,12 +516,144 @@ enum Sent {
 const BAD_GATEWAY: &[u8] = b"HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 16\r\n\r\n502 Bad Gateway\n";
 const GATEWAY_TIMEOUT: &[u8] = b"HTTP/1.1 504 Gateway Time-out\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n\r\n504 Gateway Time-out\n";
 
+/// A connection's deadline kept on one `Sleep` that is re-armed lazily: moving the deadline
+/// later (every request does) touches no timer; a sleep that fires before the current deadline
+/// is re-armed to it. (A timeout per read costs a timer insertion and removal per request.)
+struct Deadline {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    at: tokio::time::Instant,
+}
+
+impl Deadline {
+    fn new(at: tokio::time::Instant) -> Deadline {
+        Deadline {
+            sleep: Box::pin(tokio::time::sleep_until(at)),
+            at,
+        }
+    }
+
+    fn set(&mut self, at: tokio::time::Instant) {
+        if at < self.sleep.deadline() {
+            self.sleep.as_mut().reset(at);
+        }
+        self.at = at;
+    }
+
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if tokio::time::Instant::now() >= self.at {
+                return Poll::Ready(());
+            }
+            let at = self.at;
+            self.sleep.as_mut().reset(at);
+        }
+    }
+}
+
+enum Wait {
+    Read(io::Result<usize>),
+    Expired,
+    Stop,
+}
+
+/// Reads what `s` has into `buf`, unless `deadline` passes first or `stop` (when given) fires.
+async fn read_until<R: AsyncRead + Unpin>(
+    s: &mut R,
+    buf: &mut BytesMut,
+    deadline: &mut Deadline,
+    mut stop: Option<Pin<&mut WaitForCancellationFuture<'_>>>,
+) -> Wait {
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = tokio_util::io::poll_read_buf(Pin::new(&mut *s), cx, buf) {
+            return Poll::Ready(Wait::Read(r));
+        }
+        if let Some(stop) = stop.as_mut()
+            && stop.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Wait::Stop);
+        }
+        if deadline.poll_expired(cx).is_ready() {
+            return Poll::Ready(Wait::Expired);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The route of a connection's last request: keep-alive clients mostly repeat Host and path,
+/// so while the route table is unchanged the lookup is two comparisons.
+#[derive(Default)]
+struct LastRoute {
+    generation: u64,
+    host: Vec<u8>,
+    path: Vec<u8>,
+    target: Option<Arc<Target>>,
+}
+
+impl LastRoute {
+    /// Routes `host` and `path`; `false` when nothing matches.
+    fn lookup(&mut self, shared: &crate::proxy::Shared, host: &str, path: &str) -> bool {
+        let path = path.split_once('?').map_or(path, |(p, _)| p);
+        let generation = shared.routes_gen();
+        if self.target.is_some()
+            && self.generation == generation
+            && self.host == host.as_bytes()
+            && self.path == path.as_bytes()
+        {
+            return true;
+        }
+        let routes = shared.routes();
+        let Some(target) = routes.route(&normalize_host(host), path) else {
+            return false;
+        };
+        self.target = Some(target.clone());
+        self.generation = generation;
+        self.host.clear();
+        self.host.extend_from_slice(host.as_bytes());
+        self.path.clear();
+        self.path.extend_from_slice(path.as_bytes());
+        true
+    }
+}
+
+/// Whether an idle backend connection can carry a request: not seen closed by its peer.
+/// Readiness is what epoll last reported: only when the socket looks readable (the backend
+/// closed it, or sent something unasked) is it probed with a read.
+fn idle_usable(s: &TcpStream) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if s.poll_read_ready(&mut cx).is_ready() {
+        let mut b = [0u8; 1];
+        return matches!(s.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    }
+    true
+}
+
 /// Serves a plain HTTP connection until it closes or needs the hyper path.
 pub async fn run(
     shared: &crate::proxy::Shared,
     info: crate::proxy::ConnInfo,
+    client: TcpStream,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Outcome {
+    // The backend connection of the last request, kept while the next goes to the same
+    // endpoint (no pool round trip); back to the pool when the client connection ends.
+    let mut held = None;
+    let outcome = serve_conn(shared, info, client, stop, &mut held).await;
+    if let Some((ep, s)) = held {
+        shared.raw.checkin(ep, s);
+    }
+    outcome
+}
+
+async fn serve_conn(
+    shared: &crate::proxy::Shared,
+    info: crate::proxy::ConnInfo,
     mut client: TcpStream,
     stop: &tokio_util::sync::CancellationToken,
+    held: &mut Option<(SocketAddr, TcpStream)>,
 ) -> Outcome {
     let fwd = Forwarded {
         client_ip: crate::proxy::client_ip(info.peer.ip()).to_string(),
@@ -535,11 +664,16 @@ pub async fn run(
     let limits = &shared.limits;
     let mut buf = BytesMut::with_capacity(8192);
     let mut bbuf = BytesMut::with_capacity(16384);
+    let mut head: Vec<u8> = Vec::with_capacity(2048);
     let mut out: Vec<u8> = Vec::with_capacity(2048);
+    let mut last = LastRoute::default();
+    let mut deadline = Deadline::new(tokio::time::Instant::now() + limits.header_timeout);
+    let stopped = stop.cancelled();
+    let mut stopped = std::pin::pin!(stopped);
     loop {
         // A whole request head.
-        let deadline = tokio::time::Instant::now() + limits.header_timeout;
-        let (head_len, plan_cl, close, idempotent, target, head_request) = loop {
+        deadline.set(tokio::time::Instant::now() + limits.header_timeout);
+        let (head_len, req) = loop {
             if !buf.is_empty() {
                 let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut req = httparse::Request::new(&mut hs);
@@ -548,22 +682,20 @@ pub async fn run(
                         let Some(plan) = plan_request(&req) else {
                             return Outcome::Handoff(buf, client);
                         };
-                        let routes = shared.routes();
-                        let Some(target) = routes.route(&normalize_host(plan.host), plan.path)
-                        else {
-                            return Outcome::Handoff(buf, client);
-                        };
-                        if !matches!(target.as_ref(), Target::Service(_)) {
+                        if !last.lookup(shared, plan.host, plan.path)
+                            || !matches!(last.target.as_deref(), Some(Target::Service(_)))
+                        {
                             return Outcome::Handoff(buf, client);
                         }
-                        write_request_head(&mut out, &req, &plan, &fwd);
+                        write_request_head(&mut head, &req, &plan, &fwd);
                         break (
                             n,
-                            plan.content_length,
-                            plan.close,
-                            plan.idempotent,
-                            target.clone(),
-                            req.method == Some("HEAD"),
+                            Req {
+                                content_length: plan.content_length,
+                                close: plan.close,
+                                idempotent: plan.idempotent,
+                                head: req.method == Some("HEAD"),
+                            },
                         );
                     }
                     Ok(httparse::Status::Partial) if buf.len() < limits.max_header_bytes => {}
@@ -571,40 +703,27 @@ pub async fn run(
                 }
             }
             let idle = buf.is_empty();
-            let read = tokio::time::timeout_at(deadline, client.read_buf(&mut buf));
-            let r = if idle {
-                tokio::select! {
-                    _ = stop.cancelled() => return Outcome::Closed,
-                    r = read => r,
+            let stop = idle.then_some(stopped.as_mut());
+            match read_until(&mut client, &mut buf, &mut deadline, stop).await {
+                Wait::Read(Ok(0)) if !buf.is_empty() => return Outcome::Handoff(buf, client),
+                Wait::Read(Ok(0) | Err(_)) | Wait::Expired | Wait::Stop => {
+                    return Outcome::Closed;
                 }
-            } else {
-                read.await
-            };
-            match r {
-                Ok(Ok(0)) if !buf.is_empty() => return Outcome::Handoff(buf, client),
-                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Outcome::Closed,
-                Ok(Ok(_)) => {}
+                Wait::Read(Ok(_)) => {}
             }
         };
         buf.advance(head_len);
-        let Target::Service(upstream) = target.as_ref() else {
+        let Some(Target::Service(upstream)) = last.target.as_deref() else {
             return Outcome::Closed;
         };
-        let sent = exchange(
-            shared,
-            upstream,
-            &mut client,
-            &mut buf,
-            &mut bbuf,
-            &mut out,
-            Req {
-                content_length: plan_cl,
-                close,
-                idempotent,
-                head: head_request,
-            },
-        )
-        .await;
+        let io = Io {
+            client: &mut client,
+            buf: &mut buf,
+            bbuf: &mut bbuf,
+            out: &mut out,
+            deadline: &mut deadline,
+        };
+        let sent = exchange(shared, upstream, io, held, &head, req).await;
         match sent {
             Sent::Done { keep_client: true } if !stop.is_cancelled() => {}
             Sent::Local(resp, true) if !stop.is_cancelled() => {
@@ -631,6 +750,18 @@ struct Req {
     head: bool,
 }
 
+/// A client connection's stream and buffers, lent to one exchange.
+struct Io<'a> {
+    client: &'a mut TcpStream,
+    /// Bytes read from the client past the request head.
+    buf: &'a mut BytesMut,
+    /// Bytes read from the backend.
+    bbuf: &'a mut BytesMut,
+    /// The response head for the client.
+    out: &'a mut Vec<u8>,
+    deadline: &'a mut Deadline,
+}
+
 /// Why a backend exchange failed.
 enum Fail {
     /// Nothing of a response was received: another connection may be tried.
@@ -641,25 +772,30 @@ enum Fail {
     Client,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn exchange(
     shared: &crate::proxy::Shared,
     upstream: &Upstream,
-    client: &mut TcpStream,
-    buf: &mut BytesMut,
-    bbuf: &mut BytesMut,
-    out: &mut Vec<u8>,
+    mut io: Io<'_>,
+    held: &mut Option<(SocketAddr, TcpStream)>,
+    head: &[u8],
     req: Req,
 ) -> Sent {
     // A body wholly read already can be sent again; one still streaming from the client cannot.
-    let buffered = req.content_length <= buf.len() as u64;
+    let buffered = req.content_length <= io.buf.len() as u64;
     let replayable = buffered && req.idempotent;
-    let mut head = std::mem::take(out);
     let result = 'eps: {
         let mut last = Fail::NoResponse;
         for ep in upstream.order() {
             for _attempt in 0..4 {
-                let (mut be, reused) = match shared.raw.checkout(ep) {
+                let kept = match held.take() {
+                    Some((h, s)) if h == ep => Some(s).filter(idle_usable),
+                    Some((h, s)) => {
+                        shared.raw.checkin(h, s);
+                        None
+                    }
+                    None => None,
+                };
+                let (mut be, reused) = match kept.or_else(|| shared.raw.checkout(ep)) {
                     Some(s) => (s, true),
                     None => match shared.raw.connect(ep).await {
                         Ok(s) => (s, false),
@@ -669,10 +805,10 @@ async fn exchange(
                         }
                     },
                 };
-                match one(shared, &mut be, client, buf, bbuf, out, &head, &req).await {
+                match one(shared, &mut be, &mut io, head, &req).await {
                     Ok(keep) => {
                         if keep {
-                            shared.raw.checkin(ep, be);
+                            *held = Some((ep, be));
                         }
                         break 'eps Ok(());
                     }
@@ -695,7 +831,6 @@ async fn exchange(
         }
         Err(last)
     };
-    *out = std::mem::take(&mut head);
     match result {
         Ok(()) => Sent::Done {
             keep_client: !req.close,
@@ -706,10 +841,10 @@ async fn exchange(
             // cannot go on.
             let keep = buffered && !req.close;
             if buffered {
-                buf.advance(
+                io.buf.advance(
                     usize::try_from(req.content_length)
                         .unwrap_or(0)
-                        .min(buf.len()),
+                        .min(io.buf.len()),
                 );
             }
             let resp = match (f, keep) {
@@ -749,17 +884,18 @@ async fn write2(s: &mut TcpStream, mut a: &[u8], mut b: &[u8]) -> io::Result<()>
 }
 
 /// One request/response on backend connection `be`; `Ok(reusable)`.
-#[allow(clippy::too_many_arguments)]
 async fn one(
     shared: &crate::proxy::Shared,
     be: &mut TcpStream,
-    client: &mut TcpStream,
-    buf: &mut BytesMut,
-    bbuf: &mut BytesMut,
-    out: &mut Vec<u8>,
+    io: &mut Io<'_>,
     head: &[u8],
     req: &Req,
 ) -> Result<bool, Fail> {
+    let client = &mut *io.client;
+    let buf = &mut *io.buf;
+    let bbuf = &mut *io.bbuf;
+    let out = &mut *io.out;
+    let deadline = &mut *io.deadline;
     // The request: head and the body bytes at hand in one write, then the rest of the body.
     let cl = req.content_length;
     let at_hand = usize::try_from(cl).unwrap_or(usize::MAX).min(buf.len());
@@ -781,44 +917,38 @@ async fn one(
     }
     // The response head (1xx interim responses are dropped, as the hyper client does).
     bbuf.clear();
-    let timeout = shared.limits.response_timeout;
-    let (n, plan) = match tokio::time::timeout(timeout, async {
-        loop {
-            if !bbuf.is_empty() {
-                let mut hs = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-                let mut resp = httparse::Response::new(&mut hs);
-                match resp.parse(bbuf) {
-                    Ok(httparse::Status::Complete(n)) => {
-                        let code = resp.code.unwrap_or(0);
-                        if (100..200).contains(&code) && code != 101 {
-                            bbuf.advance(n);
-                            continue;
-                        }
-                        let Some(plan) = plan_response(&resp, req.head) else {
-                            return Err(Fail::Bad);
-                        };
-                        if code == 101 {
-                            return Err(Fail::Bad);
-                        }
-                        write_response_head(out, &resp, &plan, req.close);
-                        return Ok((n, plan));
+    deadline.set(tokio::time::Instant::now() + shared.limits.response_timeout);
+    let (n, plan) = loop {
+        if !bbuf.is_empty() {
+            let mut hs = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+            let mut resp = httparse::Response::new(&mut hs);
+            match resp.parse(bbuf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let code = resp.code.unwrap_or(0);
+                    if (100..200).contains(&code) && code != 101 {
+                        bbuf.advance(n);
+                        continue;
                     }
-                    Ok(httparse::Status::Partial) if bbuf.len() < 256 * 1024 => {}
-                    _ => return Err(Fail::Bad),
+                    let Some(plan) = plan_response(&resp, req.head) else {
+                        return Err(Fail::Bad);
+                    };
+                    if code == 101 {
+                        return Err(Fail::Bad);
+                    }
+                    write_response_head(out, &resp, &plan, req.close);
+                    break (n, plan);
                 }
-            }
-            let got_any = !bbuf.is_empty();
-            match be.read_buf(bbuf).await {
-                Ok(0) | Err(_) if !got_any => return Err(Fail::NoResponse),
-                Ok(0) | Err(_) => return Err(Fail::Bad),
-                Ok(_) => {}
+                Ok(httparse::Status::Partial) if bbuf.len() < 256 * 1024 => {}
+                _ => return Err(Fail::Bad),
             }
         }
-    })
-    .await
-    {
-        Err(_) => return Err(Fail::Timeout),
-        Ok(r) => r?,
+        let got_any = !bbuf.is_empty();
+        match read_until(be, bbuf, deadline, None).await {
+            Wait::Read(Ok(0) | Err(_)) if !got_any => return Err(Fail::NoResponse),
+            Wait::Read(Ok(0) | Err(_)) => return Err(Fail::Bad),
+            Wait::Read(Ok(_)) => {}
+            Wait::Expired | Wait::Stop => return Err(Fail::Timeout),
+        }
     };
     bbuf.advance(n);
     if req.content_length <= at_hand as u64 {
@@ -887,6 +1017,7 @@ async fn one(
         }
     }
 }
+
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -21,7 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::fast::{self, RawPool, Rewind};
 use crate::pool::{Pool, PooledBody, ReqBody, Sender};
@@ -60,6 +60,8 @@ impl Default for Limits {
 /// State shared by every connection.
 pub struct Shared {
     routes: RwLock<Arc<RouteTable>>,
+    /// Bumped after every route table swap (the fast path caches a connection's last route).
+    routes_gen: AtomicU64,
     pub pool: Arc<Pool>,
     /// Plain backend connections of the HTTP/1.1 fast path.
     pub raw: RawPool,
@@ -75,6 +77,7 @@ impl Shared {
     pub fn new(limits: Limits, trust_forwarded: bool) -> Arc<Shared> {
         Arc::new(Shared {
             routes: RwLock::new(Arc::new(RouteTable::default())),
+            routes_gen: AtomicU64::new(0),
             pool: Arc::new(Pool::new(Duration::from_secs(5), Duration::from_secs(60))),
             raw: RawPool::new(Duration::from_secs(5), Duration::from_secs(60)),
             fast_path: AtomicBool::new(true),
@@ -107,6 +110,7 @@ impl Shared {
         if let Ok(mut g) = self.routes.write() {
             *g = Arc::new(t);
         }
+        self.routes_gen.fetch_add(1, Ordering::Release);
         self.pool.sweep(|ep| keep.contains(ep));
         self.raw.sweep(|ep| keep.contains(ep));
     }
@@ -115,6 +119,12 @@ impl Shared {
     /// hyper serves every plain HTTP connection, as for HTTPS).
     pub fn set_fast_path(&self, on: bool) {
         self.fast_path.store(on, Ordering::Relaxed);
+    }
+
+    /// Changes whenever the route table does: a route looked up under one value stays valid
+    /// while it is current.
+    pub fn routes_gen(&self) -> u64 {
+        self.routes_gen.load(Ordering::Acquire)
     }
 
     pub fn routes(&self) -> Arc<RouteTable> {
