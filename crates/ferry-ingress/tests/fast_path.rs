@@ -285,3 +285,60 @@ async fn upgrades_and_http10_are_handed_to_hyper_mid_connection() {
     assert_eq!(text.matches(" 127.0.0.1").count(), 2, "{text}");
     assert!(!text.contains("9.9.9.9"), "{text}");
 }
+
+/// A keep-alive backend answering its name; counts the connections it accepted.
+async fn named_backend(name: &'static str) -> (SocketAddr, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while read_request(&mut s, &mut buf).await.is_some() {
+                    let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n{name}");
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn a_keep_alive_connection_follows_route_changes() {
+    // Each request of one client connection is routed afresh when the table changed (the
+    // connection caches its last route and keeps its backend connection otherwise).
+    let (a, a_conns) = named_backend("A").await;
+    let (b, b_conns) = named_backend("B").await;
+    let shared = proxy::Shared::new(proxy::Limits::default(), false);
+    shared.swap_routes(table(a));
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(proxy::serve_http(shared.clone(), l, CancellationToken::new()));
+    let mut tx = client(addr).await;
+    for _ in 0..3 {
+        assert_eq!(call(&mut tx, "GET", "/x", "").await.1, "A");
+    }
+    // One backend connection carried all three.
+    assert_eq!(a_conns.load(Ordering::SeqCst), 1);
+    shared.swap_routes(table(b));
+    for _ in 0..3 {
+        assert_eq!(call(&mut tx, "GET", "/x", "").await.1, "B");
+    }
+    assert_eq!(b_conns.load(Ordering::SeqCst), 1);
+    shared.swap_routes(table(a));
+    assert_eq!(call(&mut tx, "GET", "/x?q=1", "").await.1, "A");
+    // A host with no route goes to the hyper path (404) on the same connection.
+    tx.ready().await.unwrap();
+    let req = Request::builder()
+        .uri("/x")
+        .header("host", "other.test")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(tx.send_request(req).await.unwrap().status().as_u16(), 404);
+}
