@@ -80,18 +80,45 @@ const DOW: Bounds = Bounds {
     name_base: 0,
 };
 
-fn value(s: &str, b: &Bounds) -> Result<u32, String> {
+/// Why a schedule is refused; the texts are robfig/cron's, which the API server returns in the
+/// CronJob's validation error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CronError {
+    #[error("empty spec string")]
+    Empty,
+    #[error("expected exactly 5 fields, found {found}: {spec}")]
+    FieldCount { found: usize, spec: String },
+    #[error("failed to parse int from {0}: strconv.Atoi: parsing {0:?}: invalid syntax")]
+    NotANumber(String),
+    #[error("beginning of range ({start}) below minimum ({min}): {expr}")]
+    BelowMinimum { start: u32, min: u32, expr: String },
+    #[error("end of range ({end}) above maximum ({max}): {expr}")]
+    AboveMaximum { end: u32, max: u32, expr: String },
+    #[error("beginning of range ({start}) beyond end of range ({end}): {expr}")]
+    EmptyRange { start: u32, end: u32, expr: String },
+    #[error("step of range should be a positive number: {0}")]
+    ZeroStep(String),
+    #[error("provided bad location {0}: unknown time zone {0}")]
+    UnknownTimeZone(String),
+    #[error("failed to parse duration @every {0}: time: invalid duration {0:?}")]
+    InvalidDuration(String),
+    #[error("failed to parse duration {0}: below one second")]
+    BelowOneSecond(String),
+    #[error("unrecognized descriptor: {0}")]
+    UnknownDescriptor(String),
+}
+
+fn value(s: &str, b: &Bounds) -> Result<u32, CronError> {
     let lower = s.to_ascii_lowercase();
     if let Some(i) = b.names.iter().position(|n| *n == lower) {
         return Ok(i as u32 + b.name_base);
     }
-    s.parse::<u32>().map_err(|_| {
-        format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax")
-    })
+    s.parse::<u32>()
+        .map_err(|_| CronError::NotANumber(s.to_string()))
 }
 
 /// One comma-separated part: `*`, `?`, `a`, `a-b`, with an optional `/step`.
-fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
+fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), CronError> {
     let (lh, step) = match expr.split_once('/') {
         Some((l, s)) => (l, Some(s)),
         None => (expr, None),
@@ -112,9 +139,9 @@ fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
     let step = match step {
         None => 1,
         Some(s) => {
-            let n = s.parse::<u32>().map_err(|_| {
-                format!("failed to parse int from {s}: strconv.Atoi: parsing {s:?}: invalid syntax")
-            })?;
+            let n = s
+                .parse::<u32>()
+                .map_err(|_| CronError::NotANumber(s.to_string()))?;
             // `N/step` means N through the maximum.
             if !lh.contains('-') && !star {
                 end = b.max;
@@ -126,24 +153,28 @@ fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
         }
     };
     if start < b.min {
-        return Err(format!(
-            "beginning of range ({start}) below minimum ({}): {expr}",
-            b.min
-        ));
+        return Err(CronError::BelowMinimum {
+            start,
+            min: b.min,
+            expr: expr.to_string(),
+        });
     }
     if end > b.max {
-        return Err(format!(
-            "end of range ({end}) above maximum ({}): {expr}",
-            b.max
-        ));
+        return Err(CronError::AboveMaximum {
+            end,
+            max: b.max,
+            expr: expr.to_string(),
+        });
     }
     if start > end {
-        return Err(format!(
-            "beginning of range ({start}) beyond end of range ({end}): {expr}"
-        ));
+        return Err(CronError::EmptyRange {
+            start,
+            end,
+            expr: expr.to_string(),
+        });
     }
     if step == 0 {
-        return Err(format!("step of range should be a positive number: {expr}"));
+        return Err(CronError::ZeroStep(expr.to_string()));
     }
     let mut bits = 0u64;
     let mut v = start;
@@ -154,7 +185,7 @@ fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
     Ok((bits, star))
 }
 
-fn field(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
+fn field(expr: &str, b: &Bounds) -> Result<(u64, bool), CronError> {
     let mut bits = 0;
     let mut star = false;
     for part in expr.split(',') {
@@ -165,13 +196,13 @@ fn field(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
     Ok((bits, star))
 }
 
-fn fields(spec: &str) -> Result<Fields, String> {
+fn fields(spec: &str) -> Result<Fields, CronError> {
     let parts: Vec<&str> = spec.split_whitespace().collect();
     if parts.len() != 5 {
-        return Err(format!(
-            "expected exactly 5 fields, found {}: {spec}",
-            parts.len()
-        ));
+        return Err(CronError::FieldCount {
+            found: parts.len(),
+            spec: spec.to_string(),
+        });
     }
     let (minute, _) = field(parts[0], &MINUTE)?;
     let (hour, _) = field(parts[1], &HOUR)?;
@@ -190,8 +221,8 @@ fn fields(spec: &str) -> Result<Fields, String> {
 }
 
 /// Go's `time.ParseDuration` for the units `@every` takes (h, m, s, ms).
-fn go_duration(s: &str) -> Result<SignedDuration, String> {
-    let err = || format!("failed to parse duration @every {s}: time: invalid duration {s:?}");
+fn go_duration(s: &str) -> Result<SignedDuration, CronError> {
+    let err = || CronError::InvalidDuration(s.to_string());
     let mut total = 0f64;
     let mut rest = s;
     if rest.is_empty() {
@@ -219,10 +250,10 @@ fn go_duration(s: &str) -> Result<SignedDuration, String> {
 }
 
 /// Parses a schedule (`ParseStandard`).
-pub fn parse(spec: &str) -> Result<Schedule, String> {
+pub fn parse(spec: &str) -> Result<Schedule, CronError> {
     let spec = spec.trim();
     if spec.is_empty() {
-        return Err("empty spec string".into());
+        return Err(CronError::Empty);
     }
     let mut tz = None;
     let mut rest = spec;
@@ -230,9 +261,7 @@ pub fn parse(spec: &str) -> Result<Schedule, String> {
         let (prefix, r) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
         let name = prefix.split_once('=').map(|(_, n)| n).unwrap_or("");
         if TimeZone::get(name).is_err() {
-            return Err(format!(
-                "provided bad location {name}: unknown time zone {name}"
-            ));
+            return Err(CronError::UnknownTimeZone(name.to_string()));
         }
         tz = Some(name.to_string());
         rest = r.trim();
@@ -248,11 +277,11 @@ pub fn parse(spec: &str) -> Result<Schedule, String> {
             "every" => {
                 let d = go_duration(arg.trim())?;
                 if d < SignedDuration::from_secs(1) {
-                    return Err(format!("failed to parse duration {rest}: below one second"));
+                    return Err(CronError::BelowOneSecond(rest.to_string()));
                 }
                 Kind::Every(d)
             }
-            _ => return Err(format!("unrecognized descriptor: {rest}")),
+            _ => return Err(CronError::UnknownDescriptor(rest.to_string())),
         }
     } else {
         Kind::Fields(fields(rest)?)
@@ -470,5 +499,44 @@ mod tests {
         }
         assert!(has_tz_prefix("CRON_TZ=UTC * * * * *"));
         assert!(!has_tz_prefix("* * * * *"));
+    }
+
+    /// The messages are robfig/cron's (kubectl shows them in the CronJob's validation error).
+    #[test]
+    fn messages() {
+        for (spec, want) in [
+            ("", "empty spec string"),
+            ("* * * *", "expected exactly 5 fields, found 4: * * * *"),
+            ("60 * * * *", "end of range (60) above maximum (59): 60"),
+            ("* * 0 * *", "beginning of range (0) below minimum (1): 0"),
+            (
+                "5-1 * * * *",
+                "beginning of range (5) beyond end of range (1): 5-1",
+            ),
+            (
+                "*/0 * * * *",
+                "step of range should be a positive number: */0",
+            ),
+            (
+                "x * * * *",
+                "failed to parse int from x: strconv.Atoi: parsing \"x\": invalid syntax",
+            ),
+            ("@fortnightly", "unrecognized descriptor: @fortnightly"),
+            (
+                "@every 10x",
+                "failed to parse duration @every 10x: time: invalid duration \"10x\"",
+            ),
+            (
+                "@every 10ms",
+                "failed to parse duration @every 10ms: below one second",
+            ),
+            (
+                "CRON_TZ=Mars/Olympus * * * * *",
+                "provided bad location Mars/Olympus: unknown time zone Mars/Olympus",
+            ),
+        ] {
+            let e = parse(spec).expect_err(spec);
+            assert_eq!(e.to_string(), want, "{spec:?}: {e:?}");
+        }
     }
 }

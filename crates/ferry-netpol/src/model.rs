@@ -304,7 +304,7 @@ fn selector(
     sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
     at: &str,
 ) -> Result<LabelSelector, ProjectError> {
-    from_label_selector(sel).map_err(|e| ProjectError::Selector(at.to_string(), e))
+    from_label_selector(sel).map_err(|e| ProjectError::Selector(at.to_string(), e.into()))
 }
 
 fn cidr(s: &str, at: &str) -> Result<IpNet, ProjectError> {

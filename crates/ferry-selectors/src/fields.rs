@@ -1,6 +1,7 @@
 //! Field selectors (`fieldSelector=spec.nodeName=n1,status.phase!=Failed`) as upstream's
 //! `fields.ParseSelector`: comma-separated terms, `=`/`==`/`!=`, backslash escapes in values.
 
+use crate::SelectorError;
 use std::fmt;
 
 /// One `field=value` or `field!=value` term.
@@ -38,11 +39,11 @@ impl FieldSelector {
     /// Checks the selector against an object whose fields `get` reads. `get` answers `None` for a
     /// field the kind does not support; that is an error (`field label not supported: <field>`)
     /// whatever the other terms say, as upstream checks every label before matching.
-    pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> Result<bool, String> {
+    pub fn matches(&self, get: impl Fn(&str) -> Option<String>) -> Result<bool, SelectorError> {
         let mut all = true;
         for t in &self.terms {
             let Some(have) = get(&t.field) else {
-                return Err(format!("field label not supported: {}", t.field));
+                return Err(SelectorError::UnsupportedField(t.field.clone()));
             };
             if (have == t.value) == t.negated {
                 all = false;
@@ -79,7 +80,7 @@ pub fn escape_value(v: &str) -> String {
 }
 
 /// Undoes [`escape_value`]; unescaped `,`/`=` and unknown escapes are errors, as upstream.
-pub fn unescape_value(s: &str) -> Result<String, String> {
+pub fn unescape_value(s: &str) -> Result<String, SelectorError> {
     if !s.contains(['\\', ',', '=']) {
         return Ok(s.to_string());
     }
@@ -90,9 +91,7 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
             match c {
                 '\\' | ',' | '=' => out.push(c),
                 other => {
-                    return Err(format!(
-                        "invalid field selector: invalid escape sequence: \\{other}"
-                    ));
+                    return Err(SelectorError::InvalidEscape(other.to_string()));
                 }
             }
             in_slash = false;
@@ -102,16 +101,13 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
             '\\' => in_slash = true,
             // Go prints the rune with %v: its code point in decimal.
             ',' | '=' => {
-                return Err(format!(
-                    "invalid field selector: unescaped character in value: {}",
-                    c as u32
-                ));
+                return Err(SelectorError::UnescapedCharacter(c));
             }
             other => out.push(other),
         }
     }
     if in_slash {
-        return Err("invalid field selector: invalid escape sequence: \\".to_string());
+        return Err(SelectorError::InvalidEscape(String::new()));
     }
     Ok(out)
 }
@@ -153,7 +149,7 @@ fn split_term(term: &str) -> Option<(&str, &str, &str)> {
 
 /// Parses a field selector string. Fields are not checked here: [`FieldSelector::matches`]
 /// reports unsupported ones.
-pub fn parse_field_selector(s: &str) -> Result<FieldSelector, String> {
+pub fn parse_field_selector(s: &str) -> Result<FieldSelector, SelectorError> {
     let mut parts = split_terms(s);
     parts.sort_unstable();
     let mut terms = Vec::new();
@@ -162,9 +158,10 @@ pub fn parse_field_selector(s: &str) -> Result<FieldSelector, String> {
             continue;
         }
         let Some((lhs, op, rhs)) = split_term(part) else {
-            return Err(format!(
-                "invalid selector: '{s}'; can't understand '{part}'"
-            ));
+            return Err(SelectorError::FieldTerm {
+                selector: s.to_string(),
+                term: part.to_string(),
+            });
         };
         let value = unescape_value(rhs)?;
         terms.push(FieldTerm {

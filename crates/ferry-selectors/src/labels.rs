@@ -2,6 +2,7 @@
 //! structured `metav1.LabelSelector`, both turned into one [`LabelSelector`] with upstream's
 //! matching rules and error messages.
 
+use crate::SelectorError;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -58,7 +59,11 @@ pub struct Requirement {
 
 impl Requirement {
     /// Builds a requirement, validating it as upstream's `labels.NewRequirement` does.
-    pub fn new(key: &str, operator: Operator, values: Vec<String>) -> Result<Requirement, String> {
+    pub fn new(
+        key: &str,
+        operator: Operator,
+        values: Vec<String>,
+    ) -> Result<Requirement, SelectorError> {
         let mut errs: Vec<String> = Vec::new();
         let key_errs = qualified_name_errors(key);
         if !key_errs.is_empty() {
@@ -128,7 +133,7 @@ impl Requirement {
                 values,
             })
         } else {
-            Err(aggregate(errs))
+            Err(SelectorError::InvalidRequirement(aggregate(errs)))
         }
     }
 
@@ -276,7 +281,7 @@ pub fn selector_from_map(map: &BTreeMap<String, String>) -> LabelSelector {
 
 /// A `metav1.LabelSelector` as upstream's `LabelSelectorAsSelector`: an empty one matches
 /// everything. Use [`from_optional_label_selector`] where a missing selector is possible.
-pub fn from_label_selector(selector: &meta::LabelSelector) -> Result<LabelSelector, String> {
+pub fn from_label_selector(selector: &meta::LabelSelector) -> Result<LabelSelector, SelectorError> {
     let mut reqs = Vec::new();
     for (k, v) in selector.match_labels.iter().flatten() {
         reqs.push(Requirement::new(k, Operator::Equals, vec![v.clone()])?);
@@ -288,10 +293,7 @@ pub fn from_label_selector(selector: &meta::LabelSelector) -> Result<LabelSelect
             "Exists" => Operator::Exists,
             "DoesNotExist" => Operator::DoesNotExist,
             other => {
-                return Err(format!(
-                    "{} is not a valid label selector operator",
-                    go_quote(other)
-                ));
+                return Err(SelectorError::InvalidOperator(other.to_string()));
             }
         };
         reqs.push(Requirement::new(
@@ -306,7 +308,7 @@ pub fn from_label_selector(selector: &meta::LabelSelector) -> Result<LabelSelect
 /// Like [`from_label_selector`], but a missing (nil) selector matches nothing.
 pub fn from_optional_label_selector(
     selector: Option<&meta::LabelSelector>,
-) -> Result<LabelSelector, String> {
+) -> Result<LabelSelector, SelectorError> {
     match selector {
         None => Ok(LabelSelector::nothing()),
         Some(s) => from_label_selector(s),
@@ -466,7 +468,7 @@ impl Parser {
         (t, l)
     }
 
-    fn parse(&mut self) -> Result<Vec<Requirement>, String> {
+    fn parse(&mut self) -> Result<Vec<Requirement>, SelectorError> {
         let mut reqs = Vec::new();
         loop {
             let (tok, lit) = self.peek(true);
@@ -474,7 +476,7 @@ impl Parser {
                 Tok::Ident | Tok::Not => {
                     let r = self
                         .requirement()
-                        .map_err(|e| format!("unable to parse requirement: {e}"))?;
+                        .map_err(|e| SelectorError::Requirement(Box::new(e)))?;
                     reqs.push(r);
                     let (t, l) = self.next(true);
                     match t {
@@ -482,25 +484,29 @@ impl Parser {
                         Tok::Comma => {
                             let (t2, l2) = self.peek(true);
                             if t2 != Tok::Ident && t2 != Tok::Not {
-                                return Err(format!(
+                                return Err(SelectorError::Syntax(format!(
                                     "found '{l2}', expected: identifier after ','"
-                                ));
+                                )));
                             }
                         }
-                        _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
+                        _ => {
+                            return Err(SelectorError::Syntax(format!(
+                                "found '{l}', expected: ',' or 'end of string'"
+                            )));
+                        }
                     }
                 }
                 Tok::End => return Ok(reqs),
                 _ => {
-                    return Err(format!(
+                    return Err(SelectorError::Syntax(format!(
                         "found '{lit}', expected: !, identifier, or 'end of string'"
-                    ));
+                    )));
                 }
             }
         }
     }
 
-    fn requirement(&mut self) -> Result<Requirement, String> {
+    fn requirement(&mut self) -> Result<Requirement, SelectorError> {
         let (mut tok, mut key) = self.next(true);
         let mut op = None;
         if tok == Tok::Not {
@@ -508,11 +514,17 @@ impl Parser {
             (tok, key) = self.next(true);
         }
         if tok != Tok::Ident {
-            return Err(format!("found '{key}', expected: identifier"));
+            return Err(SelectorError::Syntax(format!(
+                "found '{key}', expected: identifier"
+            )));
         }
         let key_errs = qualified_name_errors(&key);
         if !key_errs.is_empty() {
-            return Err(invalid("<nil>", &go_quote(&key), &key_errs.join("; ")));
+            return Err(SelectorError::InvalidRequirement(invalid(
+                "<nil>",
+                &go_quote(&key),
+                &key_errs.join("; "),
+            )));
         }
         // `!key` takes no operator; whatever follows is the caller's to judge (`!a=b` fails there).
         if op == Some(Operator::DoesNotExist) {
@@ -532,9 +544,9 @@ impl Parser {
             Tok::NotIn => Operator::NotIn,
             Tok::NotEquals => Operator::NotEquals,
             _ => {
-                return Err(format!(
+                return Err(SelectorError::Syntax(format!(
                     "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
-                ));
+                )));
             }
         };
         let mut values = match op {
@@ -546,10 +558,12 @@ impl Parser {
         Requirement::new(&key, op, values)
     }
 
-    fn set_values(&mut self) -> Result<Vec<String>, String> {
+    fn set_values(&mut self) -> Result<Vec<String>, SelectorError> {
         let (t, lit) = self.next(true);
         if t != Tok::OpenPar {
-            return Err(format!("found '{lit}' expected: '('"));
+            return Err(SelectorError::Syntax(format!(
+                "found '{lit}' expected: '('"
+            )));
         }
         let (t, lit) = self.peek(true);
         let lit = lit.to_string();
@@ -558,7 +572,9 @@ impl Parser {
                 let values = self.identifiers()?;
                 let (t, _) = self.next(true);
                 if t != Tok::ClosePar {
-                    return Err(format!("found '{lit}', expected: ')'"));
+                    return Err(SelectorError::Syntax(format!(
+                        "found '{lit}', expected: ')'"
+                    )));
                 }
                 Ok(values)
             }
@@ -566,11 +582,13 @@ impl Parser {
                 self.next(true);
                 Ok(vec![String::new()])
             }
-            _ => Err(format!("found '{lit}', expected: ',', ')' or identifier")),
+            _ => Err(SelectorError::Syntax(format!(
+                "found '{lit}', expected: ',', ')' or identifier"
+            ))),
         }
     }
 
-    fn identifiers(&mut self) -> Result<Vec<String>, String> {
+    fn identifiers(&mut self) -> Result<Vec<String>, SelectorError> {
         let mut values: Vec<String> = Vec::new();
         loop {
             let (t, lit) = self.next(true);
@@ -581,7 +599,11 @@ impl Parser {
                     match t2 {
                         Tok::Comma => continue,
                         Tok::ClosePar => return Ok(values),
-                        _ => return Err(format!("found '{l2}', expected: ',' or ')'")),
+                        _ => {
+                            return Err(SelectorError::Syntax(format!(
+                                "found '{l2}', expected: ',' or ')'"
+                            )));
+                        }
                     }
                 }
                 Tok::Comma => {
@@ -598,12 +620,16 @@ impl Parser {
                         values.push(String::new());
                     }
                 }
-                _ => return Err(format!("found '{lit}', expected: ',', or identifier")),
+                _ => {
+                    return Err(SelectorError::Syntax(format!(
+                        "found '{lit}', expected: ',', or identifier"
+                    )));
+                }
             }
         }
     }
 
-    fn exact_value(&mut self) -> Result<Vec<String>, String> {
+    fn exact_value(&mut self) -> Result<Vec<String>, SelectorError> {
         let (t, _) = self.peek(true);
         if matches!(t, Tok::End | Tok::Comma) {
             return Ok(vec![String::new()]);
@@ -612,14 +638,16 @@ impl Parser {
         if t == Tok::Ident {
             Ok(vec![lit])
         } else {
-            Err(format!("found '{lit}', expected: identifier"))
+            Err(SelectorError::Syntax(format!(
+                "found '{lit}', expected: identifier"
+            )))
         }
     }
 }
 
 /// Parses a label selector string as upstream's `labels.Parse`. The empty string (or only
 /// whitespace) matches everything.
-pub fn parse_label_selector(s: &str) -> Result<LabelSelector, String> {
+pub fn parse_label_selector(s: &str) -> Result<LabelSelector, SelectorError> {
     let mut p = Parser {
         items: lex(s),
         pos: 0,

@@ -5,12 +5,14 @@
 //! A per-kind function answers `None` when the kind does not support the field; the server turns
 //! that into `400 field label not supported: <field>`.
 
+mod error;
 pub mod fields;
 pub mod labels;
 
 #[cfg(test)]
 mod tests;
 
+pub use error::SelectorError;
 pub use fields::{FieldSelector, FieldTerm, escape_value, parse_field_selector, unescape_value};
 pub use labels::{
     LabelSelector, Operator, Requirement, format_label_selector, format_labels,

@@ -805,7 +805,7 @@ pub fn cron_job(o: &batch::CronJob, old: Option<&batch::CronJob>) -> ErrorList {
         errs.push(FieldError::invalid_str(
             path.child("schedule"),
             &spec.schedule,
-            e,
+            e.to_string(),
         ));
     }
     if let Some(tz) = spec.time_zone.as_deref() {
