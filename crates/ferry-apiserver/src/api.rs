@@ -10,12 +10,17 @@ use ferry_api::kinds::{KindInfo, StatusOnCreate, Strategy};
 use ferry_store::{Store, StoreError};
 use serde_json::{Value, json};
 
-use crate::cache::{Cache, CachedObject, PageError, ResourceCache, set_resource_version};
+use crate::cache::{Cache, CachedObject, ResourceCache, set_resource_version};
 use crate::objects::{self, meta_mut};
 use crate::request::{Query, ResourcePath, Want};
 use crate::rv;
 use crate::status::{ApiError, success_status};
 use crate::table;
+
+mod filter;
+mod list;
+
+pub use filter::Filter;
 
 /// One served resource: its strategy and where it lives in the store.
 pub struct Resource {
@@ -306,114 +311,6 @@ impl Api {
 
     pub fn selectors(&self, q: &Query) -> Result<Filter, ApiError> {
         Filter::parse(q)
-    }
-
-    pub async fn list(&self, res: &Resource, p: &ResourcePath, q: &Query, want: Want) -> ApiResult {
-        let filter = Filter::parse(q)?;
-        rv::check_list_send_initial(q.get("sendInitialEvents"))?;
-        let limit = q.int("limit")?.filter(|l| *l > 0);
-        let at = rv::list_at(
-            q.get("resourceVersion").unwrap_or(""),
-            q.get("resourceVersionMatch").unwrap_or(""),
-            q.get("continue").filter(|s| !s.is_empty()),
-            limit,
-        )?;
-        // Every page of a paged list is served at one revision: the first page's (carried in
-        // the continue token), as etcd serves a range at a revision.
-        let revision = match &at {
-            rv::ListAt::Consistent => {
-                self.consistent().await?;
-                self.cache.revision()
-            }
-            rv::ListAt::Any => self.cache.revision(),
-            rv::ListAt::NotOlderThan(n) => {
-                self.wait_fresh(*n).await?;
-                self.cache.revision()
-            }
-            // A token an expired list handed out: the rest at the latest revision.
-            rv::ListAt::Continue { revision: n, .. } if *n == rv::CONTINUE_LATEST => {
-                self.consistent().await?;
-                self.cache.revision()
-            }
-            rv::ListAt::Exact(n) | rv::ListAt::Continue { revision: n, .. } => {
-                self.wait_fresh(*n).await?;
-                *n
-            }
-        };
-        let limit = if at == rv::ListAt::Any { None } else { limit };
-        let rc = self.rc(res)?;
-        // Seek to the continue key in the ordered snapshot and take `limit` matching objects:
-        // a page costs O(limit), not O(all objects); cached bytes are served as they are.
-        let start = match &at {
-            rv::ListAt::Continue { start, .. } => Some(format!("{}{}", res.prefix, start)),
-            _ => None,
-        };
-        let page = rc
-            .page(
-                &res.list_prefix(p.namespace.as_deref()),
-                revision,
-                start.as_deref(),
-                limit.map(|l| l as usize),
-                filter.is_empty(),
-                |o| filter.try_matches_cached(res, o),
-            )
-            .map_err(|e| match e {
-                PageError::TooOld(_) => rv::too_old(&at),
-                PageError::Filter(e) => e,
-            })?;
-        let items: Vec<Arc<CachedObject>> =
-            page.items.iter().map(|o| served_object(res, o)).collect();
-        let remaining = page.remaining;
-        let cont = page.next.map(|key| {
-            rv::encode_continue(revision, key.strip_prefix(&res.prefix).unwrap_or(&key))
-        });
-        let rv_s = revision.to_string();
-        match want {
-            Want::Table { v1beta1 } => {
-                let mut t = table::build(res.strategy, &items, q, &rv_s, v1beta1);
-                if let Some(c) = &cont {
-                    t["metadata"]["continue"] = json!(c);
-                }
-                if let Some(n) = remaining {
-                    t["metadata"]["remainingItemCount"] = json!(n);
-                }
-                Ok(table_reply(&t))
-            }
-            Want::Json => {
-                let info = res.info();
-                let mut meta = json!({"resourceVersion": rv_s});
-                if let Some(c) = &cont {
-                    meta["continue"] = json!(c);
-                }
-                if let Some(n) = remaining {
-                    meta["remainingItemCount"] = json!(n);
-                }
-                let mut body =
-                    Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
-                body.extend_from_slice(
-                    format!(
-                        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-                        info.list_kind(),
-                        info.api_version(),
-                        meta
-                    )
-                    .as_bytes(),
-                );
-                for (i, o) in items.iter().enumerate() {
-                    if i > 0 {
-                        body.push(b',');
-                    }
-                    body.extend_from_slice(&o.bytes);
-                }
-                body.extend_from_slice(b"]}");
-                Ok(Reply::Json {
-                    code: 200,
-                    body: Bytes::from(body),
-                    content_type: "application/json",
-                    warnings: Vec::new(),
-                })
-            }
-        }
     }
 
     // ----- writes -----
@@ -1883,109 +1780,5 @@ impl DeleteOptions {
             o.grace_period = Some(1);
         }
         Ok(o)
-    }
-}
-
-/// Label and field selectors of a list or watch.
-pub struct Filter {
-    labels: Option<ferry_api::selectors::LabelSelector>,
-    fields: Option<ferry_api::selectors::FieldSelector>,
-}
-
-impl Filter {
-    pub fn parse(q: &Query) -> Result<Filter, ApiError> {
-        let labels =
-            match q.get("labelSelector").filter(|s| !s.trim().is_empty()) {
-                Some(s) => Some(ferry_api::selectors::parse_label_selector(s).map_err(|e| {
-                    ApiError::bad_request(format!("unable to parse requirement: {e}"))
-                })?),
-                None => None,
-            };
-        let fields = match q.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(
-                ferry_api::selectors::parse_field_selector(s)
-                    .map_err(|e| ApiError::bad_request(format!("invalid field selector: {e}")))?,
-            ),
-            None => None,
-        };
-        Ok(Filter { labels, fields })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_none() && self.fields.is_none()
-    }
-
-    /// Whether `v` matches; `Err` (a 400) when a field selector names a field the kind lacks.
-    pub fn try_matches(&self, res: &Resource, v: &Value) -> Result<bool, ApiError> {
-        if let Some(l) = &self.labels
-            && !l.matches(&objects::labels(v))
-        {
-            return Ok(false);
-        }
-        if let Some(f) = &self.fields {
-            return f
-                .matches(|field| field_value(res, v, field))
-                .map_err(ApiError::bad_request);
-        }
-        Ok(true)
-    }
-
-    pub fn matches(&self, res: &Resource, v: &Value) -> bool {
-        self.try_matches(res, v).unwrap_or(false)
-    }
-
-    /// [`Filter::try_matches`] on a cached object: labels, `metadata.name` and
-    /// `metadata.namespace` from its compact metadata; the object is decoded (once) only for
-    /// other fields.
-    pub fn try_matches_cached(&self, res: &Resource, o: &CachedObject) -> Result<bool, ApiError> {
-        if let Some(l) = &self.labels
-            && !l.is_empty()
-            && !l.matches(&o.labels())
-        {
-            return Ok(false);
-        }
-        if let Some(f) = &self.fields {
-            let decoded: std::cell::OnceCell<Value> = std::cell::OnceCell::new();
-            return f
-                .matches(|field| match field {
-                    "metadata.name" => Some(o.name().to_string()),
-                    "metadata.namespace" if res.info().namespaced => {
-                        Some(o.namespace().to_string())
-                    }
-                    _ => field_value(res, decoded.get_or_init(|| o.value()), field),
-                })
-                .map_err(ApiError::bad_request);
-        }
-        Ok(true)
-    }
-
-    pub fn matches_cached(&self, res: &Resource, o: &CachedObject) -> bool {
-        self.try_matches_cached(res, o).unwrap_or(false)
-    }
-
-    /// Keeps the matching objects; a 400 for an unsupported field.
-    pub fn apply(
-        &self,
-        res: &Resource,
-        items: Vec<Arc<CachedObject>>,
-    ) -> Result<Vec<Arc<CachedObject>>, ApiError> {
-        if self.is_empty() {
-            return Ok(items);
-        }
-        let mut out = Vec::with_capacity(items.len());
-        for o in items {
-            if self.try_matches_cached(res, &o)? {
-                out.push(o);
-            }
-        }
-        Ok(out)
-    }
-}
-
-fn field_value(res: &Resource, v: &Value, field: &str) -> Option<String> {
-    match field {
-        "metadata.name" => Some(objects::name(v).to_string()),
-        "metadata.namespace" if res.info().namespaced => Some(objects::namespace(v).to_string()),
-        _ => res.strategy.field(v, field),
     }
 }
