@@ -133,3 +133,99 @@ impl Informers {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use kube::runtime::reflector::store::Writer;
+
+    use super::*;
+
+    fn pod(name: &str, rv: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.name = Some(name.into());
+        p.metadata.resource_version = Some(rv.into());
+        p
+    }
+
+    /// A shared informer fed by hand: `apply` stands for the reflector loop.
+    fn informer() -> (SharedInformer<Pod>, Writer<Pod>, Fanout<Pod>) {
+        let writer = Writer::<Pod>::new(());
+        let handlers = Arc::new(Handlers {
+            list: Mutex::new(Vec::new()),
+            synced: watch::Sender::new(false),
+        });
+        let inf = SharedInformer {
+            store: writer.as_reader(),
+            handlers: handlers.clone(),
+        };
+        (inf, writer, Fanout(handlers))
+    }
+
+    fn apply(w: &mut Writer<Pod>, f: &mut Fanout<Pod>, old: Option<&Pod>, new: Pod) {
+        w.apply_watcher_event(&watcher::Event::Apply(new.clone()));
+        f.change(Change {
+            old,
+            new: Some(&new),
+        });
+    }
+
+    fn recorder() -> (
+        Arc<Mutex<Vec<(Option<String>, Option<String>)>>>,
+        impl FnMut(Change<'_, Pod>) + Send + 'static,
+    ) {
+        let seen: Arc<Mutex<Vec<(Option<String>, Option<String>)>>> = Arc::default();
+        let s = seen.clone();
+        let rv = |p: Option<&Pod>| p.and_then(|p| p.metadata.resource_version.clone());
+        (seen, move |ch: Change<'_, Pod>| {
+            s.lock().unwrap().push((rv(ch.old), rv(ch.new)))
+        })
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_sees_every_change_and_late_ones_get_the_cache_first() {
+        let (inf, mut w, mut f) = informer();
+        w.apply_watcher_event(&watcher::Event::Init);
+        w.apply_watcher_event(&watcher::Event::InitDone);
+        let (early, h) = recorder();
+        inf.subscribe(h);
+        apply(&mut w, &mut f, None, pod("a", "1"));
+        f.listed();
+        let stop = CancellationToken::new();
+        assert!(inf.wait_synced(&stop).await);
+        // A late subscriber is handed the cached object as a creation, then live changes.
+        let (late, h) = recorder();
+        let store = inf.subscribe(h);
+        assert_eq!(store.state().len(), 1);
+        apply(&mut w, &mut f, Some(&pod("a", "1")), pod("a", "2"));
+        let e = early.lock().unwrap().clone();
+        let l = late.lock().unwrap().clone();
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(e, vec![(None, s("1")), (s("1"), s("2"))]);
+        assert_eq!(l, vec![(None, s("1")), (s("1"), s("2"))]);
+    }
+
+    #[tokio::test]
+    async fn many_waiters_all_wake_when_synced() {
+        let (inf, _w, mut f) = informer();
+        let inf = Arc::new(inf);
+        let stop = CancellationToken::new();
+        let waiters: Vec<_> = (0..5)
+            .map(|_| {
+                let (inf, stop) = (inf.clone(), stop.clone());
+                tokio::spawn(async move { inf.wait_synced(&stop).await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        f.listed();
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+        let stopped = CancellationToken::new();
+        stopped.cancel();
+        let (never, _w2, _f2) = informer();
+        assert!(!never.wait_synced(&stopped).await);
+    }
+}
