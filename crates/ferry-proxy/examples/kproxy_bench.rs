@@ -24,7 +24,12 @@ use ferry_proxy::kernel::incr::Incremental;
 use ferry_proxy::kernel::input::{SvcPort, Target};
 use ferry_proxy::kernel::iptables::{self, IptConfig};
 use ferry_proxy::kernel::nft::{self, NftConfig};
-use ferry_proxy::model::{Proto, ServicePortName};
+use ferry_proxy::kernel::{Syncer, input};
+use ferry_proxy::model::{
+    EndpointInfo, PortInfo, Proto, ServiceInfo, ServicePortName, SliceInfo, SlicePort,
+};
+use ferry_proxy::sync::{Kind, Tracker};
+use ferry_proxy::{ProxyArgs, ProxyMode};
 
 fn vip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(198, 19, (i / 250) as u8, (i % 250 + 1) as u8))
@@ -70,6 +75,46 @@ fn services(n: usize) -> Vec<SvcPort> {
             }
         })
         .collect()
+}
+
+/// Service `i` and its EndpointSlice, as the watches record them, for kernel input `sp`.
+fn objects(i: usize, sp: &SvcPort) -> (ServiceInfo, SliceInfo) {
+    let svc = ServiceInfo {
+        namespace: "bench".into(),
+        name: format!("svc-{i}"),
+        cluster_ips: sp.cluster_ips.clone(),
+        ports: vec![PortInfo {
+            name: "http".into(),
+            proto: Proto::Tcp,
+            port: 80,
+            node_port: None,
+        }],
+        ..ServiceInfo::default()
+    };
+    let slice = SliceInfo {
+        namespace: "bench".into(),
+        name: format!("svc-{i}-abcde"),
+        service: format!("svc-{i}"),
+        ports: vec![SlicePort {
+            name: "http".into(),
+            proto: Proto::Tcp,
+            port: 8080,
+        }],
+        endpoints: eps_of(sp)
+            .iter()
+            .map(|e| EndpointInfo {
+                ip: e.ip(),
+                ready: true,
+                serving: true,
+                terminating: false,
+                node_name: Some("elsewhere".into()),
+                zone: None,
+                hint_zones: None,
+                topology: Default::default(),
+            })
+            .collect(),
+    };
+    (svc, slice)
 }
 
 /// kube-proxy's nftables layout (pkg/proxy/nftables): per Service a chain with an anonymous
@@ -273,8 +318,10 @@ fn main() {
         ..Default::default()
     };
 
-    // Ferry: full sync (the incremental renderer's first update: every Service's fragment,
-    // then the whole table in one nft -f transaction).
+    // Ferry: full sync into an empty namespace, two ways. (1) From the kernel input: the
+    // incremental renderer's first update, then the applier (structure through nft -f,
+    // elements in one netlink batch). (2) The live proxy's whole first sync from the
+    // tracker's Services and EndpointSlices (input built per Service, rendered, written).
     let t = Instant::now();
     let whole_render = nft::render(&ports, &cfg);
     let whole_render_t = t.elapsed();
@@ -287,13 +334,44 @@ fn main() {
     let table = "ferry-bench";
     let mut a = NftApplier::new(table, Some(&ns.0));
     let st = a.sync(inc.state()).unwrap();
-    let ferry_full = render_t + st.took;
+    let ferry_input_full = render_t + st.took;
     println!(
-        "ferry nftables   full sync: {:>9.1} ms (incremental renderer primed {:.1} ms [a single whole render: {:.1} ms], nft -f transaction {:.1} ms)",
-        ms(ferry_full),
+        "ferry nftables   full sync from the kernel input: {:>7.1} ms (renderer primed {:.1} ms [a single whole render: {:.1} ms], kernel {:.1} ms = nft -f structure {:.1} ms + netlink elements {:.1} ms)",
+        ms(ferry_input_full),
         ms(render_t),
         ms(whole_render_t),
-        ms(st.took)
+        ms(st.kernel),
+        ms(st.structure),
+        ms(st.elements)
+    );
+    a.cleanup().unwrap();
+
+    let tracker = Tracker::default();
+    for (i, sp) in ports.iter().enumerate() {
+        let (svc, slice) = objects(i, sp);
+        tracker.update(|st| st.put_service((svc.namespace.clone(), svc.name.clone()), Some(svc)));
+        tracker
+            .update(|st| st.put_slice((slice.namespace.clone(), slice.name.clone()), Some(slice)));
+    }
+    tracker.mark_synced(Kind::Service);
+    tracker.mark_synced(Kind::EndpointSlice);
+    let mut pargs = ProxyArgs::default();
+    pargs.proxy_mode = ProxyMode::Nftables;
+    pargs.kernel.nft_table = table.into();
+    pargs.kernel.apply_in_netns = Some(ns.0.clone());
+    pargs.kernel.cluster_cidr = cfg.pod_cidrs.clone();
+    let mut syncer = Syncer::new(&pargs, "bench-node").unwrap();
+    let t = Instant::now();
+    let rep = syncer.step(&tracker);
+    let ferry_full = t.elapsed();
+    let st = rep.result.unwrap().unwrap();
+    assert!(rep.full && rep.changed == n);
+    println!(
+        "ferry nftables   full sync (live proxy step: tracker -> input -> render -> kernel): {:>7.1} ms (kernel {:.1} ms = nft -f structure {:.1} ms + netlink elements {:.1} ms)",
+        ms(ferry_full),
+        ms(st.kernel),
+        ms(st.structure),
+        ms(st.elements)
     );
 
     // Ferry: first-packet latency, 1st vs Nth Service.
@@ -313,28 +391,44 @@ fn main() {
         ln / l1
     );
 
-    // Ferry: one Service's endpoints change (netlink), then the same through nft -f. The
-    // whole sync: change detection over all Services, the changed Service's render, the
-    // difference and the kernel. For comparison, what the previous design did per change:
-    // render every Service and diff the whole table (CPU only).
+    // Ferry: one Service's endpoints change (an EndpointSlice update recorded by the tracker),
+    // then one live sync step: what changed is taken from the tracker, that Service's input
+    // is built and rendered, the difference goes to the kernel (netlink), then the same
+    // through nft -f. For comparison, what the first design did per change: build the whole
+    // input, render every Service and diff the whole table (CPU only, no kernel).
     let mut cur = ports.clone();
     let mut before: Vec<Duration> = Vec::new();
     let mut prev_whole = nft::render(&cur, &cfg);
-    let mut change = |a: &mut NftApplier, round: usize| -> (Duration, Duration) {
+    let mut change = |syncer: &mut Syncer, round: usize| -> (Duration, Duration) {
         let i = 1 + (round * 7919) % (n - 2);
         let mut eps = eps_of(&cur[i]);
         eps[round % 3] = SocketAddr::new(
             IpAddr::V4(Ipv4Addr::new(198, 18, 253, (round % 250 + 1) as u8)),
-            8080 + round as u16,
+            8080,
         );
         cur[i].internal = Target::Pool(eps);
+        let (_, slice) = objects(i, &cur[i]);
+        tracker
+            .update(|st| st.put_slice((slice.namespace.clone(), slice.name.clone()), Some(slice)));
         let t = Instant::now();
-        let u = inc.update(&cur);
-        let st = a.sync_ops(inc.state(), &u.ops).unwrap();
+        let rep = syncer.step(&tracker);
         let whole = t.elapsed();
-        assert!(!u.full && u.rendered == 1, "one Service rendered");
+        let st = rep.result.unwrap().unwrap();
+        assert!(
+            !rep.full && rep.changed == 1 && st.ops > 0,
+            "one Service changed"
+        );
         let t = Instant::now();
-        let desired = nft::render(&cur, &cfg);
+        let (all, _) = tracker.take(|st| {
+            input::build(
+                &st.services,
+                &st.slices,
+                &st.nodes,
+                "bench-node",
+                &Default::default(),
+            )
+        });
+        let desired = nft::render(&all, &cfg);
         let ops = nft::diff(&prev_whole, &desired);
         before.push(t.elapsed());
         assert!(!ops.is_empty());
@@ -342,24 +436,31 @@ fn main() {
         (st.kernel, whole)
     };
     let (mut nl, mut nl_all): (Vec<Duration>, Vec<Duration>) =
-        (0..samples).map(|r| change(&mut a, r)).unzip();
-    a.use_netlink = false;
-    let (mut cli, mut cli_all): (Vec<Duration>, Vec<Duration>) =
-        (samples..2 * samples).map(|r| change(&mut a, r)).unzip();
+        (0..samples).map(|r| change(&mut syncer, r)).unzip();
+    syncer.set_use_netlink(false);
+    let (mut cli, mut cli_all): (Vec<Duration>, Vec<Duration>) = (samples..2 * samples)
+        .map(|r| change(&mut syncer, r))
+        .unzip();
+    assert_eq!(
+        syncer.nft_state(),
+        Some(&prev_whole),
+        "the kernel model is the whole render"
+    );
     let (nl50, nl99) = (pct(&mut nl, 0.5), pct(&mut nl, 0.99));
     let (cli50, cli99) = (pct(&mut cli, 0.5), pct(&mut cli, 0.99));
     let (all50, all99) = (pct(&mut nl_all, 0.5), pct(&mut nl_all, 0.99));
     println!(
-        "ferry nftables   one Service change, kernel apply (netlink batch): p50 {:.3} ms, p99 {:.3} ms; whole sync (incremental: detect + render one Service + diff + kernel): p50 {:.2} ms, p99 {:.2} ms, min {:.2} ms (the min is the least disturbed by other load)",
+        "ferry nftables   one Service change, kernel apply (netlink batch): p50 {:.3} ms, p99 {:.3} ms, min {:.3} ms; whole sync (live step: tracker changes + input of one Service + render + diff + kernel): p50 {:.2} ms, p99 {:.2} ms, min {:.2} ms",
         ms(nl50),
         ms(nl99),
+        ms(nl[0]),
         ms(all50),
         ms(all99),
         ms(nl_all[0])
     );
     let (b50, b99) = (pct(&mut before, 0.5), pct(&mut before, 0.99));
     println!(
-        "ferry nftables   one Service change, before (render all + diff all, no kernel): p50 {:.1} ms, p99 {:.1} ms, min {:.1} ms; incremental whole sync is {:.1}x faster at p99, {:.1}x at the min",
+        "ferry nftables   one Service change, first design (whole input + render all + diff all, no kernel): p50 {:.1} ms, p99 {:.1} ms, min {:.1} ms; the live step is {:.1}x faster at p99, {:.1}x at the min",
         ms(b50),
         ms(b99),
         ms(before[0]),
@@ -373,7 +474,7 @@ fn main() {
         ms(pct(&mut cli_all, 0.5)),
         ms(pct(&mut cli_all, 0.99))
     );
-    a.cleanup().unwrap();
+    syncer.cleanup().unwrap();
     if args.get(3).map(String::as_str) == Some("ferry-only") {
         return;
     }

@@ -298,6 +298,10 @@ pub async fn start(
         scheduler: args.scheduler,
         min_interval: args.min_sync_period,
         max_interval: args.sync_period.max(args.min_sync_period),
+        portals: args.kernel.portals.then(|| kernel::portals::PortalsConfig {
+            table: args.kernel.nft_table.clone(),
+            netns: args.kernel.apply_in_netns.clone(),
+        }),
     };
     tasks.push(tokio::spawn(sync::run(
         tracker,

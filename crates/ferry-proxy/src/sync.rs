@@ -256,6 +256,8 @@ pub struct SyncConfig {
     pub scheduler: Scheduler,
     pub min_interval: Duration,
     pub max_interval: Duration,
+    /// Serve Service addresses through kernel portals instead of binding them.
+    pub portals: Option<crate::kernel::portals::PortalsConfig>,
 }
 
 /// What the loop publishes after each sync.
@@ -304,6 +306,10 @@ pub async fn run(
     }
     let mut last_run: Option<Instant> = None;
     let mut syncs = 0u64;
+    let mut portals = cfg
+        .portals
+        .clone()
+        .map(crate::kernel::portals::Portals::new);
     loop {
         if let Some(last) = last_run {
             let since = last.elapsed();
@@ -315,16 +321,20 @@ pub async fn run(
             }
         }
         last_run = Some(Instant::now());
-        let table = {
+        let (table, node_ips) = {
             let mut st = tracker.lock();
             st.pending_since = None;
             // The userspace data path rebuilds its table whole.
             st.dirty = Changes::default();
             let ctx = node_context(&st, &cfg);
-            table::build(&st.services, &st.slices, &st.nodes, &ctx)
+            let t = table::build(&st.services, &st.slices, &st.nodes, &ctx);
+            (t, ctx.node_ips)
         };
         let started = Instant::now();
-        let report = dataplane.apply(&table);
+        let report = match portals.as_mut() {
+            Some(p) => p.apply(&mut dataplane, &table, &node_ips).await,
+            None => dataplane.apply(&table),
+        };
         syncs += 1;
         tracing::debug!(
             frontends = table.frontends.len(),
@@ -467,6 +477,7 @@ mod tests {
             scheduler: Scheduler::RoundRobin,
             min_interval: Duration::ZERO,
             max_interval: Duration::from_secs(1),
+            portals: None,
         };
         let c = node_context(&st, &cfg);
         assert_eq!(c.node_ips, vec!["127.0.0.5".parse::<IpAddr>().unwrap()]);

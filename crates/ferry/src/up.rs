@@ -780,6 +780,9 @@ async fn start_netns(
                 // Rules are written in the node's namespace, named explicitly.
                 format!("--apply-in-netns={}", node.netns),
                 format!("--healthz-bind-address={healthz}"),
+                // The userspace proxy is reached through kernel portals in Ferry's table
+                // (seed 004's userspace mode), not by binding Service addresses.
+                format!("--portals={}", !kernel_proxy),
                 // The process's proxy budget, shared by the nodes' proxies.
                 format!(
                     "--max-connections={}",

@@ -115,6 +115,11 @@ enum From<'a> {
 
 impl Cluster {
     fn start(mode: &str) -> Cluster {
+        Cluster::start_n(mode, 3)
+    }
+
+    fn start_n(mode: &str, nodes: usize) -> Cluster {
+        let nodes = nodes.to_string();
         let dir = tempfile::tempdir().expect("tempdir");
         let prefix = prefix_of(dir.path());
         let log = std::fs::File::create(dir.path().join("ferry.log")).expect("log");
@@ -126,7 +131,7 @@ impl Cluster {
                 "--pod-network",
                 "netns",
                 "--nodes",
-                "3",
+                &nodes,
                 "--proxy-mode",
                 mode,
                 "--listen-api",
@@ -844,4 +849,145 @@ fn nftables_three_nodes() {
 #[test]
 fn iptables_three_nodes() {
     kernel_proxy("iptables");
+}
+
+/// One UDP request from a fixed source: the answer, or an empty string.
+const UDP_ONCE: &str = r#"
+import socket, sys
+s = socket.socket(socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+try:
+    s.sendto(b"x", (sys.argv[1], int(sys.argv[2]))); print(s.recv(512).decode().strip())
+except OSError: pass
+"#;
+
+/// Seed 004's userspace mode on the netns pod network: the proxy binds no Service address;
+/// Ferry's table in each node namespace sends ClusterIP and externalIP traffic to the proxy's
+/// own ports (redirect for traffic arriving, DNAT to the node address for the node's own),
+/// and the proxy picks a backend.
+#[test]
+fn userspace_portals_two_nodes() {
+    if !usable("userspace") {
+        return;
+    }
+    let c = Cluster::start_n("userspace", 2);
+    assert!(
+        eventually(60, || c
+            .k(&["get", "nodes", "--no-headers"])
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some("Ready"))
+            .count()
+            == 2),
+        "two Ready nodes\n{}",
+        tail(&c.log())
+    );
+    let m = [
+        pod("w1", "kp-1", "app: web", ""),
+        pod("w2", "kp-2", "app: web", ""),
+        pod("u1", "kp-1", "app: udp", r#", "--udp=true""#),
+        client("client", "kp-2"),
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  ipFamilyPolicy: PreferDualStack
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-ext}
+spec:
+  type: NodePort
+  externalIPs: [198.18.255.100]
+  selector: {app: web}
+  ports: [{port: 81, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: udp}
+spec:
+  selector: {app: udp}
+  ports: [{port: 5353, targetPort: 8080, protocol: UDP}]
+"#
+        .to_string(),
+    ];
+    c.apply(&m.join("---\n"));
+    c.wait_ready(&["w1", "w2", "u1", "client"]);
+    let both: BTreeSet<String> = ["w1".to_string(), "w2".to_string()].into();
+    let cips = c.jsonpath("svc", "web", "{.spec.clusterIPs[*]}");
+    let cips: Vec<String> = cips.split_whitespace().map(str::to_string).collect();
+    assert_eq!(cips.len(), 2, "dual-stack ClusterIPs: {cips:?}");
+    for ip in &cips {
+        for from in [From::Pod("client"), From::Node(1), From::Outside] {
+            assert_eq!(
+                c.backends(from, &url(ip, "80"), 10),
+                both,
+                "ClusterIP {ip} from {from:?}"
+            );
+        }
+    }
+    let np = c.jsonpath("svc", "web-ext", "{.spec.ports[0].nodePort}");
+    for from in [From::Pod("client"), From::Node(2)] {
+        assert_eq!(
+            c.backends(from, &url("198.18.255.100", "81"), 10),
+            both,
+            "externalIP from {from:?}"
+        );
+        assert_eq!(
+            c.backends(from, &url("198.18.0.11", &np), 10),
+            both,
+            "NodePort from {from:?}"
+        );
+    }
+    let udp = c.jsonpath("svc", "udp", "{.spec.clusterIP}");
+    for from in [From::Pod("client"), From::Node(1)] {
+        assert!(
+            eventually(30, || c
+                .run(from, &["python3", "-c", UDP_ONCE, &udp, "5353"])
+                .1
+                == "u1"),
+            "UDP ClusterIP from {from:?}\n{}",
+            tail(&c.log())
+        );
+    }
+
+    // The kernel does the redirecting: nothing listens on the Service addresses, Ferry's
+    // table maps each of them to a port of the proxy, and that port is what answers.
+    for i in 1..=2 {
+        let (_, listening) = c.run(From::Node(i), &["ss", "-Hltnu"]);
+        for ip in cips.iter().chain([&udp, &"198.18.255.100".to_string()]) {
+            assert!(
+                !listening.contains(&format!("{ip}:")) && !listening.contains(&format!("[{ip}]:")),
+                "node {i} binds Service address {ip}:\n{listening}"
+            );
+        }
+        let (ok, table) = c.run(From::Node(i), &["nft", "list", "table", "inet", "ferry"]);
+        assert!(ok, "node {i}: no portal table");
+        let line = table
+            .lines()
+            .find(|l| l.contains(&format!("{} . tcp . 80 : ", cips[0])))
+            .unwrap_or_else(|| panic!("node {i}: no portal for {}:\n{table}", cips[0]));
+        let port = line
+            .rsplit(':')
+            .next()
+            .and_then(|p| {
+                p.trim()
+                    .trim_end_matches([',', '}'])
+                    .trim()
+                    .parse::<u16>()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("portal port in {line:?}"));
+        assert!(
+            table.contains("redirect to :ip daddr . meta l4proto . th dport map @portals4"),
+            "{table}"
+        );
+        let direct = c.get(From::Node(i), &format!("http://127.0.0.1:{port}/"));
+        assert!(
+            direct.as_ref().is_some_and(|b| both.contains(b)),
+            "node {i}: the portal port {port} is the proxy: {direct:?}"
+        );
+    }
+    drop(c);
 }

@@ -18,6 +18,7 @@ pub mod input;
 pub mod iptables;
 pub mod netlink;
 pub mod nft;
+pub mod portals;
 pub mod trace;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -58,6 +59,12 @@ pub struct KernelArgs {
     /// Apply the rules inside this network namespace (`ip netns exec NAME ...`).
     #[arg(long = "apply-in-netns")]
     pub apply_in_netns: Option<String>,
+    /// Userspace mode: do not bind Service addresses; open a port of the proxy's own per
+    /// frontend and have the kernel redirect the frontend there (nftables rules in Ferry's
+    /// table, as upstream's userspace proxier did with iptables portals). NodePorts stay bound.
+    #[arg(long, action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
+        default_missing_value = "true")]
+    pub portals: bool,
 }
 
 impl Default for KernelArgs {
@@ -70,6 +77,7 @@ impl Default for KernelArgs {
             dry_run: false,
             cleanup: false,
             apply_in_netns: None,
+            portals: false,
         }
     }
 }
