@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::decode::Decoded;
+use crate::decode::{DecodeError, Decoded};
 use crate::errors::ErrorList;
 use crate::kinds::{Column, KindInfo, Strategy};
 
@@ -78,7 +78,7 @@ impl Strategy for StoredAsCore {
     fn info(&self) -> &KindInfo {
         self.inner.info()
     }
-    fn decode(&self, value: &Value) -> Result<Decoded<Value>, String> {
+    fn decode(&self, value: &Value) -> Result<Decoded<Value>, DecodeError> {
         self.inner.decode(value)
     }
     fn default(&self, value: &mut Value) {

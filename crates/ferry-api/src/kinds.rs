@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::decode::{Decoded, decode, encode};
+use crate::decode::{DecodeError, Decoded, decode, encode};
 use crate::errors::ErrorList;
 use crate::{defaults, hooks, printers, selectors, validation};
 
@@ -73,7 +73,7 @@ pub use ferry_printers::Column;
 pub trait Strategy: Send + Sync {
     fn info(&self) -> &KindInfo;
     /// Reads the value as the kind's type; returns the normalised value and unknown field paths.
-    fn decode(&self, value: &Value) -> Result<Decoded<Value>, String>;
+    fn decode(&self, value: &Value) -> Result<Decoded<Value>, DecodeError>;
     /// Fills defaults (after decoding).
     fn default(&self, value: &mut Value);
     /// Kind-specific changes on create (e.g. a Namespace's phase); runs before validation.
@@ -144,7 +144,7 @@ where
     fn info(&self) -> &KindInfo {
         &self.info
     }
-    fn decode(&self, value: &Value) -> Result<Decoded<Value>, String> {
+    fn decode(&self, value: &Value) -> Result<Decoded<Value>, DecodeError> {
         let d = decode::<K>(value)?;
         let mut object = encode(&d.object);
         // Keep the identifying fields as sent; the typed round trip drops them for k8s-openapi types.

@@ -18,12 +18,29 @@ pub struct Decoded<K> {
     pub unknown: Vec<String>,
 }
 
-/// Reads `value` as `K`. The error text is the part after
-/// `<Kind> in version "<v>" cannot be handled as a <Kind>: `.
-pub fn decode<K: DeserializeOwned + Serialize>(value: &Value) -> Result<Decoded<K>, String> {
+/// Why a body is not an object of its kind. The text is the part after
+/// `<Kind> in version "<v>" cannot be handled as a <Kind>: ` of the API server's 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The value does not deserialize as the kind's type (serde's message).
+    #[error("{0}")]
+    Invalid(serde_json::Error),
+    /// The typed object does not serialize back to JSON.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+    /// A custom resource without `kind`.
+    #[error("Object 'Kind' is missing in the request body")]
+    MissingKind,
+    /// A custom resource whose `metadata` is not an `ObjectMeta`.
+    #[error("metadata: {0}")]
+    Metadata(Box<DecodeError>),
+}
+
+/// Reads `value` as `K`.
+pub fn decode<K: DeserializeOwned + Serialize>(value: &Value) -> Result<Decoded<K>, DecodeError> {
     // Deserialising from a reference reads the value in place (no copy of the whole document).
-    let object: K = K::deserialize(value).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&object).map_err(|e| e.to_string())?;
+    let object: K = K::deserialize(value).map_err(DecodeError::Invalid)?;
+    let back = serde_json::to_value(&object).map_err(DecodeError::Encode)?;
     let mut unknown = Vec::new();
     diff_unknown(value, &back, "", &mut unknown);
     Ok(Decoded { object, unknown })

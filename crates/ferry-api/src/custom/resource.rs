@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
-use crate::decode::Decoded;
+use crate::decode::{DecodeError, Decoded};
 use crate::errors::{ErrorList, Path};
 use crate::kinds::{Column, KindInfo, StatusOnCreate, Strategy};
 
@@ -142,17 +142,17 @@ impl Strategy for CustomKind {
         &self.info
     }
 
-    fn decode(&self, value: &Value) -> Result<Decoded<Value>, String> {
+    fn decode(&self, value: &Value) -> Result<Decoded<Value>, DecodeError> {
         let Value::Object(_) = value else {
-            return Err("Object 'Kind' is missing in the request body".to_string());
+            return Err(DecodeError::MissingKind);
         };
         let mut object = value.clone();
         let mut unknown = Vec::new();
         if let Some(meta) = value.get("metadata") {
-            let d =
-                crate::decode::decode::<ObjectMeta>(meta).map_err(|e| format!("metadata: {e}"))?;
+            let d = crate::decode::decode::<ObjectMeta>(meta)
+                .map_err(|e| DecodeError::Metadata(Box::new(e)))?;
             unknown.extend(d.unknown.into_iter().map(|u| format!("metadata.{u}")));
-            object["metadata"] = serde_json::to_value(&d.object).map_err(|e| e.to_string())?;
+            object["metadata"] = serde_json::to_value(&d.object).map_err(DecodeError::Encode)?;
         }
         unknown.extend(ferry_crd::schema::prune(&self.version.schema, &mut object));
         if let Value::Object(m) = &mut object {
