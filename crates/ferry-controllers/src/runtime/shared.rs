@@ -172,15 +172,15 @@ mod tests {
         });
     }
 
-    fn recorder() -> (
-        Arc<Mutex<Vec<(Option<String>, Option<String>)>>>,
-        impl FnMut(Change<'_, Pod>) + Send + 'static,
-    ) {
-        let seen: Arc<Mutex<Vec<(Option<String>, Option<String>)>>> = Arc::default();
+    /// (old, new) resource versions of each change a handler saw.
+    type Seen = Arc<Mutex<Vec<(Option<String>, Option<String>)>>>;
+
+    fn recorder() -> (Seen, impl FnMut(Change<'_, Pod>) + Send + 'static) {
+        let seen: Seen = Arc::default();
         let s = seen.clone();
         let rv = |p: Option<&Pod>| p.and_then(|p| p.metadata.resource_version.clone());
         (seen, move |ch: Change<'_, Pod>| {
-            s.lock().unwrap().push((rv(ch.old), rv(ch.new)))
+            s.lock().expect("lock").push((rv(ch.old), rv(ch.new)))
         })
     }
 
@@ -200,8 +200,8 @@ mod tests {
         let store = inf.subscribe(h);
         assert_eq!(store.state().len(), 1);
         apply(&mut w, &mut f, Some(&pod("a", "1")), pod("a", "2"));
-        let e = early.lock().unwrap().clone();
-        let l = late.lock().unwrap().clone();
+        let e = early.lock().expect("lock").clone();
+        let l = late.lock().expect("lock").clone();
         let s = |x: &str| Some(x.to_string());
         assert_eq!(e, vec![(None, s("1")), (s("1"), s("2"))]);
         assert_eq!(l, vec![(None, s("1")), (s("1"), s("2"))]);
@@ -221,7 +221,7 @@ mod tests {
         tokio::task::yield_now().await;
         f.listed();
         for w in waiters {
-            assert!(w.await.unwrap());
+            assert!(w.await.expect("join"));
         }
         let stopped = CancellationToken::new();
         stopped.cancel();
