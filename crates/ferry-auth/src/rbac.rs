@@ -145,21 +145,19 @@ impl Policy {
         &self,
         role_ref: &RoleRef,
         namespace: &str,
-    ) -> Result<&[PolicyRule], String> {
+    ) -> Result<&[PolicyRule], RbacError> {
         match role_ref.kind.as_str() {
             "Role" => self
                 .roles
                 .get(&(namespace.to_string(), role_ref.name.clone()))
                 .map(|r| r.rules.as_deref().unwrap_or_default())
-                .ok_or_else(|| format!("role.{GROUP} {} not found", go_quote(&role_ref.name))),
+                .ok_or_else(|| RbacError::RoleNotFound(role_ref.name.clone())),
             "ClusterRole" => self
                 .cluster_roles
                 .get(&role_ref.name)
                 .map(|r| r.rules.as_deref().unwrap_or_default())
-                .ok_or_else(|| {
-                    format!("clusterrole.{GROUP} {} not found", go_quote(&role_ref.name))
-                }),
-            k => Err(format!("unsupported role reference kind: {}", go_quote(k))),
+                .ok_or_else(|| RbacError::ClusterRoleNotFound(role_ref.name.clone())),
+            k => Err(RbacError::UnsupportedRoleRefKind(k.to_string())),
         }
     }
 
@@ -178,7 +176,7 @@ impl Policy {
             };
             match self.role_ref_rules(&b.role_ref, "") {
                 Err(e) => {
-                    if !visit(None, None, Some(e)) {
+                    if !visit(None, None, Some(e.to_string())) {
                         return;
                     }
                 }
@@ -203,7 +201,7 @@ impl Policy {
             };
             match self.role_ref_rules(&b.role_ref, namespace) {
                 Err(e) => {
-                    if !visit(None, None, Some(e)) {
+                    if !visit(None, None, Some(e.to_string())) {
                         return;
                     }
                 }
@@ -537,7 +535,7 @@ pub fn confirm_no_escalation(
     user: &UserInfo,
     namespace: &str,
     requested: &[PolicyRule],
-) -> Result<(), String> {
+) -> Result<(), RbacError> {
     let (owner, errors) = policy.rules_for(user, namespace);
     let (ok, missing) = covers(&owner, requested);
     if ok {
@@ -545,16 +543,46 @@ pub fn confirm_no_escalation(
     }
     let descriptions: BTreeSet<String> =
         compact_rules(&missing).iter().map(compact_string).collect();
-    let mut msg = format!(
-        "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
-        go_quote(&user.name),
-        go_quote_list(&user.groups),
-        descriptions.into_iter().collect::<Vec<_>>().join("\n")
-    );
-    if !errors.is_empty() {
-        msg.push_str(&format!("; resolution errors: [{}]", errors.join(" ")));
+    Err(RbacError::Escalation {
+        user: user.name.clone(),
+        groups: user.groups.clone(),
+        missing: descriptions.into_iter().collect(),
+        resolution_errors: errors,
+    })
+}
+
+/// Why a role reference resolves to no rules, or why a grant is refused; the texts are
+/// upstream's (the API server returns them in a `403 Forbidden`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RbacError {
+    #[error("role.{GROUP} {} not found", go_quote(.0))]
+    RoleNotFound(String),
+    #[error("clusterrole.{GROUP} {} not found", go_quote(.0))]
+    ClusterRoleNotFound(String),
+    #[error("unsupported role reference kind: {}", go_quote(.0))]
+    UnsupportedRoleRefKind(String),
+    /// `user` would grant rules it does not hold (`missing`, compacted as upstream prints them).
+    #[error(
+        "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}{}",
+        go_quote(.user),
+        go_quote_list(.groups),
+        .missing.join("\n"),
+        resolution_suffix(.resolution_errors)
+    )]
+    Escalation {
+        user: String,
+        groups: Vec<String>,
+        missing: Vec<String>,
+        resolution_errors: Vec<String>,
+    },
+}
+
+fn resolution_suffix(errors: &[String]) -> String {
+    if errors.is_empty() {
+        String::new()
+    } else {
+        format!("; resolution errors: [{}]", errors.join(" "))
     }
-    Err(msg)
 }
 
 #[cfg(test)]

@@ -332,17 +332,30 @@ fn decode_special(msg: &Msg, field: &Field, bytes: &[u8]) -> Result<Value, Proto
     })
 }
 
+/// Why a well-known type's value cannot be converted (inside a [`ProtobufError`] that names
+/// the message and field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ValueError {
+    #[error("time out of range: {0}")]
+    TimeOutOfRange(String),
+    #[error("time before year 0")]
+    BeforeYearZero,
+    #[error("invalid duration {0:?}")]
+    InvalidDuration(String),
+}
+
 /// RFC 3339 in UTC with a `Z`: whole seconds for `Time`, 6 fraction digits for `MicroTime`.
-pub(crate) fn format_time(seconds: i64, nanos: i32, micro: bool) -> Result<String, String> {
+pub(crate) fn format_time(seconds: i64, nanos: i32, micro: bool) -> Result<String, ValueError> {
     let nanos = if micro {
         nanos.clamp(0, 999_999_999) / 1000 * 1000
     } else {
         0
     };
-    let ts = jiff::Timestamp::new(seconds, nanos).map_err(|e| format!("time out of range: {e}"))?;
+    let ts = jiff::Timestamp::new(seconds, nanos)
+        .map_err(|e| ValueError::TimeOutOfRange(e.to_string()))?;
     let dt = ts.to_zoned(jiff::tz::TimeZone::UTC).datetime();
     if dt.year() < 0 {
-        return Err("time before year 0".into());
+        return Err(ValueError::BeforeYearZero);
     }
     let mut s = format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
@@ -399,8 +412,8 @@ pub(crate) fn format_duration(d: i64) -> String {
 }
 
 /// Parses Go's duration syntax (`1h2m3.5s`, `300ms`, `-1.5h`) into nanoseconds.
-pub(crate) fn parse_duration(s: &str) -> Result<i64, String> {
-    let err = || format!("invalid duration {s:?}");
+pub(crate) fn parse_duration(s: &str) -> Result<i64, ValueError> {
+    let err = || ValueError::InvalidDuration(s.to_string());
     let (neg, mut rest) = match s.strip_prefix('-') {
         Some(r) => (true, r),
         None => (false, s.strip_prefix('+').unwrap_or(s)),

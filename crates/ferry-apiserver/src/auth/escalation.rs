@@ -119,7 +119,7 @@ pub async fn check(
                 cr.and_then(|c| c.rules).unwrap_or_default()
             };
             confirm_no_escalation(&policy, user, &namespace, &rules)
-                .map_err(|e| forbidden(info.plural, &name, &e))
+                .map_err(|e| forbidden(info.plural, &name, &e.to_string()))
         }
         "RoleBinding" | "ClusterRoleBinding" => {
             let Some(role_ref) = obj
@@ -138,10 +138,10 @@ pub async fn check(
             }
             let rules = policy
                 .role_ref_rules(&role_ref, &namespace)
-                .map_err(|e| forbidden(info.plural, &name, &e))?
+                .map_err(|e| forbidden(info.plural, &name, &e.to_string()))?
                 .to_vec();
             confirm_no_escalation(&policy, user, &namespace, &rules)
-                .map_err(|e| forbidden(info.plural, &name, &e))
+                .map_err(|e| forbidden(info.plural, &name, &e.to_string()))
         }
         _ => Ok(()),
     }

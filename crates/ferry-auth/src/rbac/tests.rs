@@ -408,7 +408,7 @@ fn escalation_message() {
     )
     .expect_err("escalation");
     assert_eq!(
-        err,
+        err.to_string(),
         "user \"system:serviceaccount:team-a:reader\" (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:team-a\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}"
     );
 }
