@@ -42,6 +42,12 @@ use tokio_util::sync::CancellationToken;
 
 pub use server::Server;
 
+/// The embedded store's page cache (redb's default is 1 GiB). Reads are served from the watch
+/// cache, so the store's cache only needs the B-tree's interior pages hot for writes. Measured
+/// with 161,200 objects (an 800 MB store): the default kept ~275 MiB of pages the watch cache's
+/// load had read in the server's memory for good (RSS after a restart 601 -> 326 MiB).
+pub const STORE_PAGE_CACHE_BYTES: usize = 64 << 20;
+
 /// How to run the API server.
 #[derive(Debug, Clone)]
 pub struct Config {

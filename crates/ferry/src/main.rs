@@ -286,7 +286,11 @@ async fn open_store(a: &ServerArgs) -> Result<Arc<dyn ferry_store::Store>> {
             .with_context(|| format!("connecting to etcd at {}", a.etcd_endpoints.join(",")))?;
         return Ok(Arc::new(store));
     }
-    let store = ferry_store::redb_store::RedbStore::open(&a.data_dir.join("store.redb"))
+    let options = ferry_store::RedbOptions {
+        cache_size: Some(ferry_apiserver::STORE_PAGE_CACHE_BYTES),
+        ..Default::default()
+    };
+    let store = ferry_store::RedbStore::open_with(&a.data_dir.join("store.redb"), options)
         .with_context(|| format!("opening the store in {}", a.data_dir.display()))?;
     Ok(Arc::new(store))
 }
