@@ -1,43 +1,56 @@
 #!/usr/bin/env bash
-# Userspace service proxy benchmark (not a test): throughput and connections/s through
-# ferry's userspace data path vs a direct connection vs HAProxy (Debian) configured the same
-# way (one TCP frontend -> one backend, mode tcp), in the same run. Loopback only, bounded.
+# Userspace service proxy benchmark (not a test): ferry's userspace data path vs HAProxy
+# (Debian) configured the same way (one TCP frontend -> one backend, mode tcp), and a direct
+# connection as the ceiling, in the same run. Loopback only, bounded.
 #
 #   bench/proxy/run.sh [SECONDS=5] [CONNS=8]
 #
-# Installs haproxy with apt-get when missing (needs root); without it the HAProxy column is
-# skipped. Prints ratios at the end.
+# Both proxies are pinned to one core (PROXY_CPU, default 1; HAProxy with nbthread 1, ferry's
+# runtime sizes itself from the affinity mask), the backend and the load generators to the
+# other (CLIENT_CPU, default 0). Phases, each alternated ferry/HAProxy ROUNDS times (default 2;
+# the figures are the means):
+#   stream  CONNS parallel streams, Gbit/s (proxy_bench load)
+#   conn    CONNS parallel connect/1-byte/close loops, connections/s (proxy_bench load)
+#   wrk     HTTP/1.1 short connections, one request each (`Connection: close`), wrk -c WRK_CONNS
+#           (default 64): requests/s, p50/p99 latency, and the proxy process's CPU time per
+#           request (user + system from /proc; the least noisy figure on a shared machine)
+# SKIP_BUILD=1 runs the proxy_bench already built. Installs haproxy and wrk with apt-get when missing (needs root); without HAProxy its column is
+# skipped. Prints ratios ferry/HAProxy at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-5}
 CONNS=${2:-8}
+ROUNDS=${ROUNDS:-2}
+WRK_CONNS=${WRK_CONNS:-64}
+PROXY_CPU=${PROXY_CPU:-1}
+CLIENT_CPU=${CLIENT_CPU:-0}
 BACK=127.79.0.1:9000
 FERRY=127.79.0.2:8080
 HAP=127.79.0.3:8080
 
-if ! command -v haproxy >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    (apt-get install -y -qq haproxy >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq haproxy >/dev/null; }) || true
+for tool in haproxy wrk; do
+  if ! command -v $tool >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get install -y -qq $tool >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq $tool >/dev/null; }) || true
   fi
-fi
+done
 
-cargo build -q --release -p ferry-proxy --example proxy_bench
+[ -n "${SKIP_BUILD:-}" ] || cargo build -q --release -p ferry-proxy --example proxy_bench
 BIN=target/release/examples/proxy_bench
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+CFG=$(mktemp)
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$CFG" "$CFG.wrk"; }
 trap cleanup EXIT
 
-# Backend and ferry on separate cores' worth of threads; everyone shares the machine.
-"$BIN" backend "$BACK" & PIDS+=($!)
-"$BIN" ferry "$FERRY" "$BACK" & PIDS+=($!)
+taskset -c "$CLIENT_CPU" "$BIN" backend "$BACK" & PIDS+=($!)
+taskset -c "$PROXY_CPU" "$BIN" ferry "$FERRY" "$BACK" 2>/dev/null & PIDS+=($!)
+declare -A PID=([ferry]=$!)
 
 HAVE_HAP=0
 if command -v haproxy >/dev/null 2>&1; then
-  CFG=$(mktemp)
   cat >"$CFG" <<CFG
 global
     maxconn 4000
-    nbthread $(nproc)
+    nbthread 1
 defaults
     mode tcp
     timeout connect 2s
@@ -49,21 +62,58 @@ frontend fe
 backend be
     server s1 $BACK
 CFG
-  haproxy -f "$CFG" -db >/dev/null 2>&1 & PIDS+=($!)
+  taskset -c "$PROXY_CPU" haproxy -f "$CFG" -db >/dev/null 2>&1 & PIDS+=($!)
+  PID[haproxy]=$!
   HAVE_HAP=1
 fi
 sleep 2
 
-run() { timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
-echo "== $SECS s per phase, $CONNS parallel connections, $(nproc) cores =="
-D=$(run "$BACK");  echo "direct:  $D"
-F=$(run "$FERRY"); echo "ferry:   $F"
-if [ $HAVE_HAP = 1 ]; then H=$(run "$HAP"); echo "haproxy: $H ($(haproxy -v | head -1))"; fi
-
+load() { taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
+# CPU time (user + system, clock ticks) of a process; 0 for "direct".
+ticks() { if [ -n "${1:-}" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
+# -> "req/s p50_ms p99_ms errors proxy_cpu_us_per_request"
+wrk_run() {
+  local t0 t1
+  t0=$(ticks "${2:-}")
+  taskset -c "$CLIENT_CPU" wrk -t2 -c"$WRK_CONNS" -d"${SECS}s" --latency -H "Connection: close" "http://$1/" >"$CFG.wrk"
+  t1=$(ticks "${2:-}")
+  awk -v ticks=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" \
+    'function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+     / 50%/ {p50 = ms($2)} / 99%/ {p99 = ms($2)} /Requests\/sec/ {r = $2} /requests in/ {n = $1}
+     /Socket errors/ {e = $4 + $6 + $8 + $10}
+     END {printf "%.0f %.2f %.2f %d %.1f\n", r, p50, p99, e, (n > 0 ? ticks / hz * 1e6 / n : 0)}' "$CFG.wrk"
+}
 val() { echo "$1" | tr ' ' '\n' | grep "^$2=" | cut -d= -f2; }
+mean() { awk '{s += $1; n++} END {if (n) printf "%.2f", s / n; else print 0}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
-echo "-- ratios --"
-echo "ferry/direct:  throughput $(ratio "$(val "$F" gbps)" "$(val "$D" gbps)"), conn/s $(ratio "$(val "$F" cps)" "$(val "$D" cps)")"
+
+targets=(direct:$BACK ferry:$FERRY)
+[ $HAVE_HAP = 1 ] && targets+=(haproxy:$HAP)
+declare -A GB CPS RPS P50 P99 CPU
+echo "== $SECS s per phase, $ROUNDS rounds, $CONNS load connections, wrk -c$WRK_CONNS; proxies on CPU $PROXY_CPU, backend and load on CPU $CLIENT_CPU"
+[ $HAVE_HAP = 1 ] && echo "   $(haproxy -v | head -1)"
+for r in $(seq 1 "$ROUNDS"); do
+  for t in "${targets[@]}"; do
+    name=${t%%:*}; addr=${t#*:}
+    L=$(load "$addr")
+    W=$(wrk_run "$addr" "${PID[$name]:-}")
+    echo "   round $r $name: $L | wrk req/s p50(ms) p99(ms) errors cpu(us/req): $W"
+    GB[$name]+="$(val "$L" gbps) "; CPS[$name]+="$(val "$L" cps) "
+    read -r rps p50 p99 _ cpu <<<"$W"
+    RPS[$name]+="$rps "; P50[$name]+="$p50 "; P99[$name]+="$p99 "; CPU[$name]+="$cpu "
+  done
+done
+
+m() { echo "$1" | tr ' ' '\n' | grep -v '^$' | mean; }
+echo
+printf "%-8s %14s %10s %12s %10s %10s %16s\n" path "stream Gbit/s" "conn/s" "wrk req/s" "p50 ms" "p99 ms" "proxy CPU us/req"
+for t in "${targets[@]}"; do
+  n=${t%%:*}
+  printf "%-8s %14s %10s %12s %10s %10s %16s\n" "$n" "$(m "${GB[$n]}")" "$(m "${CPS[$n]}")" "$(m "${RPS[$n]}")" \
+    "$(m "${P50[$n]}")" "$(m "${P99[$n]}")" "$(m "${CPU[$n]}")"
+done
+echo "-- ratios (means) --"
+echo "ferry/direct:  stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[direct]}")"), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[direct]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[direct]}")")"
 if [ $HAVE_HAP = 1 ]; then
-  echo "ferry/haproxy: throughput $(ratio "$(val "$F" gbps)" "$(val "$H" gbps)"), conn/s $(ratio "$(val "$F" cps)" "$(val "$H" cps)")"
+  echo "ferry/haproxy: stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[haproxy]}")") (goal >= 1.2), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[haproxy]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[haproxy]}")") (goal >= 1.2), wrk p99 $(ratio "$(m "${P99[ferry]}")" "$(m "${P99[haproxy]}")") (goal <= 1), CPU per request $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[haproxy]}")")"
 fi
