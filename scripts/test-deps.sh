@@ -2,7 +2,7 @@
 # Installs what Ferry's tests need when it is missing: Debian etcd-server, kubernetes-client
 # (kubectl 1.20, unpacked privately when another kubectl owns /usr/bin/kubectl), nftables,
 # dnsutils, protobuf-compiler, containernetworking-plugins, iproute2, conntrack, curl; PyPI
-# kubernetes. Idempotent.
+# kubernetes; cargo-machete. Idempotent.
 set -euo pipefail
 TOOLS=${FERRY_TOOLS_DIR:-/var/tmp/ferry-tools}
 mkdir -p "$TOOLS"
@@ -41,5 +41,10 @@ fi
 if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
   echo "test-deps: pip install kubernetes" >&2
   python3 -m pip install -q --disable-pip-version-check kubernetes
+fi
+# cargo-machete: the test command refuses unused dependencies.
+if ! command -v cargo-machete >/dev/null 2>&1; then
+  echo "test-deps: cargo install cargo-machete" >&2
+  cargo install -q --locked cargo-machete >&2
 fi
 echo "$K120"

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 K120=$(bash scripts/test-deps.sh | tail -n 1)
 export FERRY_KUBECTL_120="$K120"
 export RUST_BACKTRACE=1
+# No unused dependencies (a crate ignores one only in its [package.metadata.cargo-machete]).
+cargo machete
 cargo test --workspace --no-fail-fast -- --test-threads="${FERRY_TEST_THREADS:-2}"
 # Every fuzz target, briefly (about 5 s each).
 bash scripts/fuzz-smoke.sh
