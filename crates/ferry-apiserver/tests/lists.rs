@@ -4,90 +4,12 @@
 //! changes; the watch options are validated as upstream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-
-type C = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-#[derive(Clone)]
-struct Api {
-    c: C,
-    base: String,
-    token: String,
-}
-
-impl Api {
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        ct: &str,
-        body: Value,
-    ) -> http::Request<Full<Bytes>> {
-        let body = if body.is_null() {
-            Bytes::new()
-        } else {
-            Bytes::from(body.to_string())
-        };
-        http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .header("Content-Type", ct)
-            .body(Full::new(body))
-            .unwrap()
-    }
-
-    async fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let ct = if method == "PATCH" {
-            "application/merge-patch+json"
-        } else {
-            "application/json"
-        };
-        let resp = self
-            .c
-            .request(self.request(method, path, ct, body))
-            .await
-            .unwrap();
-        let code = resp.status().as_u16();
-        let b = resp.into_body().collect().await.unwrap().to_bytes();
-        (code, serde_json::from_slice(&b).unwrap_or(Value::Null))
-    }
-
-    /// Reads watch events until `done` says stop (or the 60 s safety net passes).
-    async fn watch(&self, path: &str, mut done: impl FnMut(&[Value]) -> bool) -> (u16, Vec<Value>) {
-        let resp = self
-            .c
-            .request(self.request("GET", path, "application/json", Value::Null))
-            .await
-            .unwrap();
-        let code = resp.status().as_u16();
-        let mut body = resp.into_body();
-        let mut buf = Vec::new();
-        let mut events = Vec::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while !done(&events) {
-            let frame = tokio::time::timeout_at(deadline, body.frame()).await;
-            let Ok(Some(Ok(frame))) = frame else { break };
-            if let Ok(data) = frame.into_data() {
-                buf.extend_from_slice(&data);
-                while let Some(i) = buf.iter().position(|b| *b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=i).collect();
-                    events.push(serde_json::from_slice(&line).unwrap());
-                }
-            }
-        }
-        (code, events)
-    }
-}
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
 
@@ -98,26 +20,8 @@ fn cm(name: &str, v: u32, team: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paged_lists_and_watch_lists() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ferry_store::Store> =
-        Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
-    let shutdown = CancellationToken::new();
-    let cfg = ferry_apiserver::Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        plain_http: true,
-        ..Default::default()
-    };
-    let running = ferry_apiserver::start(cfg, store, shutdown.clone())
-        .await
-        .unwrap();
-    let token = std::fs::read_to_string(dir.path().join("pki/admin.token")).unwrap();
-    let api = Api {
-        c: Client::builder(TokioExecutor::new()).build_http(),
-        base: format!("http://{}", running.addr),
-        token: token.trim().to_string(),
-    };
-
+    let server = common::start().await;
+    let api = server.api.clone();
     // 300 ConfigMaps, every third labelled team=a.
     const N: u32 = 300;
     let mut creates = Vec::new();
@@ -342,5 +246,5 @@ async fn paged_lists_and_watch_lists() {
         assert_eq!(body["reason"], "Invalid", "{q}: {body}");
     }
 
-    shutdown.cancel();
+    drop(server);
 }
