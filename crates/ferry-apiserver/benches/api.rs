@@ -118,6 +118,65 @@ fn main() {
         let (_, b) = req(&c, &token, "GET", &format!("{coll}?labelSelector=app%3Dbench&limit=500"), None).await;
         println!("list page of 500 with selector: {:?} ({} KiB)", t.elapsed(), b.len() / 1024);
 
+        // Paged list, as kube-rs and client-go page (500 per page): the first and the last page
+        // cost the same (a seek to the continue key, not a walk of every object).
+        let t = Instant::now();
+        let mut cont = String::new();
+        let mut pages = Vec::new();
+        loop {
+            let url = if cont.is_empty() {
+                format!("{coll}?limit=500")
+            } else {
+                format!("{coll}?limit=500&continue={cont}")
+            };
+            let tp = Instant::now();
+            let (code, b) = req(&c, &token, "GET", &url, None).await;
+            assert_eq!(code, 200);
+            pages.push(tp.elapsed());
+            let v: serde_json::Value = serde_json::from_slice(&b).expect("json");
+            match v["metadata"]["continue"].as_str() {
+                Some(c) if !c.is_empty() => cont = c.to_string(),
+                _ => break,
+            }
+        }
+        let first = pages[0];
+        let last = pages[pages.len().saturating_sub(2)];
+        println!(
+            "paged list of {n} (500 per page): {} pages in {:?}; first page {:?}, last full page {:?} (ratio {:.2})",
+            pages.len(),
+            t.elapsed(),
+            first,
+            last,
+            last.as_secs_f64() / first.as_secs_f64()
+        );
+
+        // Watch-list: every object as ADDED, then the initial-events-end bookmark, in one request.
+        let t = Instant::now();
+        let r = http::Request::builder()
+            .uri(format!(
+                "{coll}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+            ))
+            .header("Authorization", format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .expect("request");
+        let mut body = c.request(r).await.expect("response").into_body();
+        let mut added = 0usize;
+        let mut tail = Vec::new();
+        'read: while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.expect("frame").into_data() else { continue };
+            tail.extend_from_slice(&data);
+            while let Some(i) = tail.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = tail.drain(..=i).collect();
+                if line.starts_with(b"{\"type\":\"ADDED\"") {
+                    added += 1;
+                } else if line.starts_with(b"{\"type\":\"BOOKMARK\"") {
+                    break 'read;
+                }
+            }
+        }
+        assert!(added >= n, "{added}");
+        println!("watch-list of {n}: initial events + end bookmark in {:?}", t.elapsed());
+
         // Watch fan-out.
         let (_, b) = req(&c, &token, "GET", &coll, None).await;
         let v: serde_json::Value = serde_json::from_slice(&b).expect("json");
