@@ -243,9 +243,20 @@ fn truncate_hostname(name: &str) -> String {
     name[..MAX].trim_end_matches(['-', '.']).to_string()
 }
 
+/// A pod with `setHostnameAsFQDN` whose FQDN is longer than a hostname may be (kubelet's
+/// message; the pod stays pending).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({HOSTNAME_MAX_LEN} characters is the max, {len} characters requested)",
+    len = .fqdn.len()
+)]
+pub struct FqdnTooLong {
+    pub fqdn: String,
+}
+
 /// The hostname to set in the pod's UTS namespace: the FQDN with `setHostnameAsFQDN`, which
 /// fails (the pod stays pending) above 64 characters.
-pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, String> {
+pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, FqdnTooLong> {
     let (host, domain) = hostname_and_domain(pod, cluster_domain);
     let as_fqdn = pod
         .spec
@@ -256,10 +267,7 @@ pub fn pod_hostname(pod: &Pod, cluster_domain: &str) -> Result<String, String> {
         (true, Some(d)) => {
             let fqdn = format!("{host}.{d}");
             if fqdn.len() > HOSTNAME_MAX_LEN {
-                return Err(format!(
-                    "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long ({HOSTNAME_MAX_LEN} characters is the max, {} characters requested)",
-                    fqdn.len()
-                ));
+                return Err(FqdnTooLong { fqdn });
             }
             Ok(fqdn)
         }
@@ -493,9 +501,9 @@ mod tests {
         for (p, want) in cases {
             let got = pod_hostname(&p, "cluster.local");
             match want {
-                Ok(w) => assert_eq!(got.as_deref(), Ok(w)),
+                Ok(w) => assert_eq!(got.as_deref().ok(), Some(w)),
                 Err(()) => {
-                    let e = got.expect_err("too long");
+                    let e = got.expect_err("too long").to_string();
                     assert!(
                         e.contains(
                             "is too long (64 characters is the max, 81 characters requested)"

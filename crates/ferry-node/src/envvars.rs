@@ -145,8 +145,24 @@ pub struct PodFacts {
     pub host_ips: Vec<String>,
 }
 
+/// Why a container's environment cannot be built; the texts are kubelet's
+/// (`CreateContainerConfigError` messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    #[error("unsupported fieldPath {0:?}")]
+    UnsupportedFieldPath(String),
+    #[error("configmap \"{0}\" not found")]
+    ConfigMapNotFound(String),
+    #[error("secret \"{0}\" not found")]
+    SecretNotFound(String),
+    #[error("couldn't find key {key} in ConfigMap {name}")]
+    ConfigMapKeyNotFound { key: String, name: String },
+    #[error("couldn't find key {key} in Secret {name}")]
+    SecretKeyNotFound { key: String, name: String },
+}
+
 /// A downward API field of `pod` (`fieldRef.fieldPath`).
-pub fn field_ref(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, String> {
+pub fn field_ref(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, EnvError> {
     let m = &pod.metadata;
     let spec = pod.spec.as_ref();
     let from_map = |map: &Option<BTreeMap<String, String>>, key: &str| {
@@ -178,7 +194,7 @@ pub fn field_ref(pod: &Pod, facts: &PodFacts, path: &str) -> Result<String, Stri
             } else if let Some(k) = key_of(p, "metadata.annotations['") {
                 from_map(&m.annotations, &k)
             } else {
-                return Err(format!("unsupported fieldPath {p:?}"));
+                return Err(EnvError::UnsupportedFieldPath(p.to_string()));
             }
         }
     })
@@ -202,7 +218,7 @@ pub fn container_env(
     facts: &PodFacts,
     service_vars: &[(String, String)],
     src: &dyn EnvSource,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, EnvError> {
     let mut out: Vec<(String, String)> = Vec::new();
     fn set(out: &mut Vec<(String, String)>, k: String, v: String) {
         if let Some(e) = out.iter_mut().find(|(n, _)| *n == k) {
@@ -221,7 +237,7 @@ pub fn container_env(
                     }
                 }
                 None if cm.optional == Some(true) => {}
-                None => return Err(format!("configmap \"{}\" not found", cm.name)),
+                None => return Err(EnvError::ConfigMapNotFound(cm.name)),
             }
         }
         if let Some(sr) = ef.secret_ref {
@@ -232,7 +248,7 @@ pub fn container_env(
                     }
                 }
                 None if sr.optional == Some(true) => {}
-                None => return Err(format!("secret \"{}\" not found", sr.name)),
+                None => return Err(EnvError::SecretNotFound(sr.name)),
             }
         }
     }
@@ -246,14 +262,14 @@ pub fn container_env(
                         Some(v) => Some(v.clone()),
                         None if c.optional == Some(true) => None,
                         None => {
-                            return Err(format!(
-                                "couldn't find key {} in ConfigMap {}",
-                                c.key, c.name
-                            ));
+                            return Err(EnvError::ConfigMapKeyNotFound {
+                                key: c.key,
+                                name: c.name,
+                            });
                         }
                     },
                     None if c.optional == Some(true) => None,
-                    None => return Err(format!("configmap \"{}\" not found", c.name)),
+                    None => return Err(EnvError::ConfigMapNotFound(c.name)),
                 }
             } else if let Some(s) = from.secret_key_ref {
                 match src.secret(&s.name) {
@@ -261,14 +277,14 @@ pub fn container_env(
                         Some(v) => Some(v.clone()),
                         None if s.optional == Some(true) => None,
                         None => {
-                            return Err(format!(
-                                "couldn't find key {} in Secret {}",
-                                s.key, s.name
-                            ));
+                            return Err(EnvError::SecretKeyNotFound {
+                                key: s.key,
+                                name: s.name,
+                            });
                         }
                     },
                     None if s.optional == Some(true) => None,
-                    None => return Err(format!("secret \"{}\" not found", s.name)),
+                    None => return Err(EnvError::SecretNotFound(s.name)),
                 }
             } else if let Some(r) = from.resource_field_ref {
                 Some(resource_field(container, &r.resource))
@@ -555,7 +571,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            container_env(&p, &missing, &facts, &[], &Src),
+            container_env(&p, &missing, &facts, &[], &Src).map_err(|e| e.to_string()),
             Err("configmap \"nope\" not found".to_string())
         );
     }

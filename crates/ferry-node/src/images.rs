@@ -97,10 +97,23 @@ fn parse_bool(v: &str) -> bool {
     matches!(v, "" | "true" | "1" | "t" | "T" | "TRUE" | "True")
 }
 
+/// Why the built-in program's arguments are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuiltinArgsError {
+    #[error("missing built-in program name")]
+    MissingProgram,
+    #[error("flag {0} needs a value")]
+    MissingValue(String),
+    #[error("bad port: {0}")]
+    BadPort(std::num::ParseIntError),
+    #[error("unknown flag {0:?}")]
+    UnknownFlag(String),
+}
+
 /// Parses the built-in program's arguments (ours, then upstream serve_hostname's Go flags).
-pub fn parse_builtin(args: &[String]) -> Result<BuiltinOpts, String> {
+pub fn parse_builtin(args: &[String]) -> Result<BuiltinOpts, BuiltinArgsError> {
     let mut it = args.iter();
-    let program = it.next().ok_or("missing built-in program name")?.clone();
+    let program = it.next().ok_or(BuiltinArgsError::MissingProgram)?.clone();
     let mut o = BuiltinOpts {
         port: if program == "nginx" { 80 } else { 9376 },
         program,
@@ -116,24 +129,20 @@ pub fn parse_builtin(args: &[String]) -> Result<BuiltinOpts, String> {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (flag, None),
         };
-        let mut value = |inline: Option<String>| -> Result<String, String> {
+        let mut value = |inline: Option<String>| -> Result<String, BuiltinArgsError> {
             inline
                 .or_else(|| it.next().cloned())
-                .ok_or_else(|| format!("flag {name} needs a value"))
+                .ok_or_else(|| BuiltinArgsError::MissingValue(name.to_string()))
         };
         match name {
             "ip" => o.ip = value(inline)?,
             "hostname" => o.hostname = value(inline)?,
-            "port" => {
-                o.port = value(inline)?
-                    .parse()
-                    .map_err(|e| format!("bad port: {e}"))?
-            }
+            "port" => o.port = value(inline)?.parse().map_err(BuiltinArgsError::BadPort)?,
             "http" => o.http = parse_bool(inline.as_deref().unwrap_or("")),
             "tcp" => o.tcp = parse_bool(inline.as_deref().unwrap_or("")),
             "udp" => o.udp = parse_bool(inline.as_deref().unwrap_or("")),
             "close" => {}
-            other => return Err(format!("unknown flag {other:?}")),
+            other => return Err(BuiltinArgsError::UnknownFlag(other.to_string())),
         }
     }
     Ok(o)
@@ -162,7 +171,7 @@ pub fn http_response(o: &BuiltinOpts, head_only: bool) -> Vec<u8> {
 /// The built-in program: `serve-hostname` or `nginx`, binding the pod IP. Runs until killed.
 pub async fn builtin_main(args: Vec<String>) -> anyhow::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut o = parse_builtin(&args).map_err(anyhow::Error::msg)?;
+    let mut o = parse_builtin(&args)?;
     if o.hostname.is_empty() {
         o.hostname = std::env::var("HOSTNAME").unwrap_or_default();
     }

@@ -253,40 +253,57 @@ impl std::fmt::Debug for ContainerIo {
     }
 }
 
+/// Why a log request's query is refused (a `400` with this text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogOptionsError {
+    #[error("{param}: invalid value {value:?}")]
+    NotANumber { param: String, value: String },
+    #[error("sinceTime: {0}")]
+    SinceTime(String),
+    #[error("sinceSeconds: must be greater than 0")]
+    SinceSeconds,
+    #[error("tailLines: must be greater than or equal to 0")]
+    TailLines,
+    #[error("limitBytes: must be greater than 0")]
+    LimitBytes,
+}
+
 /// The options of a log request from its query (`sinceSeconds` counted from `now`).
 pub fn options_from_query(
     pairs: &[(String, String)],
     now: jiff::Timestamp,
-) -> Result<LogOptions, String> {
+) -> Result<LogOptions, LogOptionsError> {
     let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let truthy = |k: &str| get(k).is_some_and(|v| matches!(v, "1" | "true" | "True" | "TRUE" | ""));
-    let num = |k: &str| -> Result<Option<i64>, String> {
+    let num = |k: &str| -> Result<Option<i64>, LogOptionsError> {
         get(k)
             .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| format!("{k}: invalid value {v:?}"))
+                v.parse::<i64>().map_err(|_| LogOptionsError::NotANumber {
+                    param: k.to_string(),
+                    value: v.to_string(),
+                })
             })
             .transpose()
     };
     let mut since = match get("sinceTime") {
         Some(t) => Some(
             t.parse::<jiff::Timestamp>()
-                .map_err(|e| format!("sinceTime: {e}"))?,
+                .map_err(|e| LogOptionsError::SinceTime(e.to_string()))?,
         ),
         None => None,
     };
     if let Some(secs) = num("sinceSeconds")? {
         if secs < 1 {
-            return Err("sinceSeconds: must be greater than 0".into());
+            return Err(LogOptionsError::SinceSeconds);
         }
         since = now.checked_sub(jiff::SignedDuration::from_secs(secs)).ok();
     }
     let tail_lines = match num("tailLines")? {
-        Some(n) if n < 0 => return Err("tailLines: must be greater than or equal to 0".into()),
+        Some(n) if n < 0 => return Err(LogOptionsError::TailLines),
         n => n.map(|n| n as usize),
     };
     let limit_bytes = match num("limitBytes")? {
-        Some(n) if n < 1 => return Err("limitBytes: must be greater than 0".into()),
+        Some(n) if n < 1 => return Err(LogOptionsError::LimitBytes),
         n => n.map(|n| n as usize),
     };
     Ok(LogOptions {

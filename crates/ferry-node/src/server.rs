@@ -450,7 +450,7 @@ impl Endpoint {
         let file = info.log_dir.join(format!("{restart}.log"));
         let opts = match crate::logs::options_from_query(q, jiff::Timestamp::now()) {
             Ok(o) => o,
-            Err(e) => return text(400, e),
+            Err(e) => return text(400, e.to_string()),
         };
         let (first, offset) = crate::logs::read_logs(&file, &opts).await;
         // Following goes on after the first window unless limitBytes was used up.

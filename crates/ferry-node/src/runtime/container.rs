@@ -21,7 +21,7 @@ pub(super) async fn prepare(ctx: &Ctx, c: &Container) -> Result<Prepared, (Strin
         host_ips: ctx.rt.node_ips.iter().map(|i| i.to_string()).collect(),
     };
     let mut env = envvars::container_env(&ctx.pod, c, &facts, &svc, &src)
-        .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        .map_err(|m| ("CreateContainerConfigError".to_string(), m.to_string()))?;
     if !env.iter().any(|(k, _)| k == "HOSTNAME") {
         env.insert(0, ("HOSTNAME".into(), ctx.hostname.clone()));
     }
