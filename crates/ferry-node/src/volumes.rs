@@ -37,7 +37,7 @@ pub trait Lookup {
     fn config_map(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
     fn secret(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>>;
     /// A token for the pod's ServiceAccount (audience "" = the API server's).
-    fn token(&self, audience: &str, expiration_seconds: i64) -> Result<String, String>;
+    fn token(&self, audience: &str, expiration_seconds: i64) -> Result<String, VolumeError>;
 }
 
 pub const DEFAULT_MODE: u32 = 0o644;
@@ -84,10 +84,49 @@ fn mode_of(m: Option<i32>, default: u32) -> u32 {
     m.map(|m| (m as u32) & 0o7777).unwrap_or(default)
 }
 
-fn clean_path(p: &str) -> Result<String, String> {
+/// Why a volume cannot be set up; the texts are kubelet's (`FailedMount` events).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumeError {
+    #[error("invalid path {0:?}")]
+    InvalidPath(String),
+    /// A ConfigMap or Secret the volume needs does not exist (`kind`: "configmap", "secret").
+    #[error("{kind} \"{name}\" not found")]
+    SourceNotFound { kind: &'static str, name: String },
+    /// An `items` key that the ConfigMap or Secret lacks.
+    #[error(
+        "{kind} references non-existent {} key: {key}",
+        if *.kind == "secret" { "secret" } else { "config" }
+    )]
+    MissingKey { kind: &'static str, key: String },
+    #[error("unsupported fieldPath {0:?} in a downwardAPI volume")]
+    UnsupportedFieldPath(String),
+    #[error("downwardAPI item {0:?} has no source")]
+    NoSource(String),
+    /// The TokenRequest for a projected service-account token failed.
+    #[error("failed to fetch token: {0}")]
+    Token(String),
+    /// Reading a ConfigMap or Secret from the API failed.
+    #[error("fetching {kind} {name:?}: {message}")]
+    Fetch {
+        kind: &'static str,
+        name: String,
+        message: String,
+    },
+    /// Writing the volume's files failed.
+    #[error("{0}")]
+    Write(String),
+    /// One volume of a pod failed.
+    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {source}")]
+    SetUp {
+        volume: String,
+        source: Box<VolumeError>,
+    },
+}
+
+fn clean_path(p: &str) -> Result<String, VolumeError> {
     if p.is_empty() || p.starts_with('/') || p.split('/').any(|c| c == ".." || c.starts_with(".."))
     {
-        return Err(format!("invalid path {p:?}"));
+        return Err(VolumeError::InvalidPath(p.to_string()));
     }
     Ok(p.to_string())
 }
@@ -95,18 +134,21 @@ fn clean_path(p: &str) -> Result<String, String> {
 /// Files of a key/value source with optional `items` (configMap and secret volumes and
 /// projections). `kind` names the source in errors ("configmap", "secret").
 fn keyed(
-    kind: &str,
+    kind: &'static str,
     name: &str,
     data: Option<BTreeMap<String, Vec<u8>>>,
     items: Option<&Vec<KeyToPath>>,
     optional: bool,
     default_mode: u32,
-) -> Result<Vec<File>, String> {
+) -> Result<Vec<File>, VolumeError> {
     let Some(data) = data else {
         if optional {
             return Ok(Vec::new());
         }
-        return Err(format!("{kind} \"{name}\" not found"));
+        return Err(VolumeError::SourceNotFound {
+            kind,
+            name: name.to_string(),
+        });
     };
     let mut out = Vec::new();
     match items.filter(|i| !i.is_empty()) {
@@ -129,11 +171,10 @@ fn keyed(
                     }),
                     None if optional => {}
                     None => {
-                        return Err(format!(
-                            "{kind} references non-existent {} key: {}",
-                            if kind == "secret" { "secret" } else { "config" },
-                            it.key
-                        ));
+                        return Err(VolumeError::MissingKey {
+                            kind,
+                            key: it.key.clone(),
+                        });
                     }
                 }
             }
@@ -151,7 +192,7 @@ fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
         .join("\n")
 }
 
-fn downward_value(pod: &Pod, f: &DownwardAPIVolumeFile) -> Result<String, String> {
+fn downward_value(pod: &Pod, f: &DownwardAPIVolumeFile) -> Result<String, VolumeError> {
     if let Some(r) = &f.field_ref {
         let md = &pod.metadata;
         let path = r.field_path.as_str();
@@ -170,7 +211,7 @@ fn downward_value(pod: &Pod, f: &DownwardAPIVolumeFile) -> Result<String, String
             "metadata.annotations" => Ok(format_map(md.annotations.as_ref())),
             _ => sub("metadata.labels", md.labels.as_ref())
                 .or_else(|| sub("metadata.annotations", md.annotations.as_ref()))
-                .ok_or_else(|| format!("unsupported fieldPath {path:?} in a downwardAPI volume")),
+                .ok_or_else(|| VolumeError::UnsupportedFieldPath(path.to_string())),
         };
     }
     if let Some(r) = &f.resource_field_ref {
@@ -196,12 +237,12 @@ fn downward_value(pod: &Pod, f: &DownwardAPIVolumeFile) -> Result<String, String
         let which = r.resource.split('.').next().unwrap_or_default();
         return Ok(pick(which).unwrap_or_else(|| "0".into()));
     }
-    Err(format!("downwardAPI item {:?} has no source", f.path))
+    Err(VolumeError::NoSource(f.path.clone()))
 }
 
 /// The files of a volume; `None` for an `emptyDir` (a plain directory) or a volume type this
 /// agent does not populate.
-pub fn render(v: &Volume, pod: &Pod, look: &dyn Lookup) -> Result<Option<Vec<File>>, String> {
+pub fn render(v: &Volume, pod: &Pod, look: &dyn Lookup) -> Result<Option<Vec<File>>, VolumeError> {
     if let Some(s) = &v.secret {
         let name = s.secret_name.clone().unwrap_or_default();
         let dm = mode_of(s.default_mode, DEFAULT_MODE);
@@ -491,7 +532,7 @@ mod tests {
                 ])
             })
         }
-        fn token(&self, audience: &str, exp: i64) -> Result<String, String> {
+        fn token(&self, audience: &str, exp: i64) -> Result<String, VolumeError> {
             Ok(format!("tok-{audience}-{exp}"))
         }
     }
@@ -533,7 +574,7 @@ mod tests {
             {"name": "e", "emptyDir": {}},
             {"name": "trav", "configMap": {"name": "cm", "items": [{"key": "other", "path": "../x"}]}}
         ]));
-        let files = |i: usize| render(&vol(&p, i), &p, &Objs);
+        let files = |i: usize| render(&vol(&p, i), &p, &Objs).map_err(|e| e.to_string());
         let s = files(0).expect("ok").expect("files");
         assert_eq!(
             s,

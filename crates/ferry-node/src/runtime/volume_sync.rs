@@ -2,12 +2,13 @@
 //! service-account tokens).
 
 use super::*;
+use crate::volumes::VolumeError;
 
 /// Objects a pod's volumes read, fetched from the API.
 pub(super) struct VolumeObjects {
     pub(super) cms: HashMap<String, BTreeMap<String, Vec<u8>>>,
     pub(super) secrets: HashMap<String, BTreeMap<String, Vec<u8>>>,
-    pub(super) tokens: HashMap<(String, i64), Result<String, String>>,
+    pub(super) tokens: HashMap<(String, i64), Result<String, VolumeError>>,
 }
 
 impl crate::volumes::Lookup for VolumeObjects {
@@ -17,11 +18,11 @@ impl crate::volumes::Lookup for VolumeObjects {
     fn secret(&self, name: &str) -> Option<BTreeMap<String, Vec<u8>>> {
         self.secrets.get(name).cloned()
     }
-    fn token(&self, audience: &str, exp: i64) -> Result<String, String> {
+    fn token(&self, audience: &str, exp: i64) -> Result<String, VolumeError> {
         self.tokens
             .get(&(audience.to_string(), exp))
             .cloned()
-            .unwrap_or_else(|| Err("token not requested".into()))
+            .unwrap_or_else(|| Err(VolumeError::Token("not requested".into())))
     }
 }
 
@@ -32,7 +33,7 @@ pub(super) async fn request_token(
     pod: &Pod,
     audience: &str,
     exp: i64,
-) -> Result<crate::volumes::CachedToken, String> {
+) -> Result<crate::volumes::CachedToken, VolumeError> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let sa = pod
         .spec
@@ -54,16 +55,16 @@ pub(super) async fn request_token(
     ))
     .header("content-type", "application/json")
     .body(body.to_string().into_bytes())
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| VolumeError::Token(e.to_string()))?;
     let v: Value = client
         .request(req)
         .await
-        .map_err(|e| format!("failed to fetch token: {e}"))?;
+        .map_err(|e| VolumeError::Token(e.to_string()))?;
     let token = v
         .pointer("/status/token")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| "failed to fetch token: no token in the answer".to_string())?;
+        .ok_or_else(|| VolumeError::Token("no token in the answer".into()))?;
     let ttl = v
         .pointer("/spec/expirationSeconds")
         .and_then(Value::as_i64)
@@ -88,7 +89,7 @@ pub(super) async fn sync_volumes(
     pod: &Pod,
     dirs: &PodDirs,
     tokens: &crate::volumes::TokenCache,
-) -> Result<(), String> {
+) -> Result<(), VolumeError> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let refs = crate::volumes::references(pod);
     let mut objs = VolumeObjects {
@@ -112,7 +113,13 @@ pub(super) async fn sync_volumes(
                 objs.cms.insert(n.clone(), d);
             }
             Ok(None) => {}
-            Err(e) => return Err(format!("fetching configmap {n:?}: {e}")),
+            Err(e) => {
+                return Err(VolumeError::Fetch {
+                    kind: "configmap",
+                    name: n.clone(),
+                    message: e.to_string(),
+                });
+            }
         }
     }
     let secrets: Api<Secret> = Api::namespaced(rt.client.clone(), &ns);
@@ -131,7 +138,13 @@ pub(super) async fn sync_volumes(
                 objs.secrets.insert(n.clone(), d);
             }
             Ok(None) => {}
-            Err(e) => return Err(format!("fetching secret {n:?}: {e}")),
+            Err(e) => {
+                return Err(VolumeError::Fetch {
+                    kind: "secret",
+                    name: n.clone(),
+                    message: e.to_string(),
+                });
+            }
         }
     }
     let now = jiff::Timestamp::now().as_second();
@@ -167,15 +180,19 @@ pub(super) async fn sync_volumes(
         .flatten()
     {
         let dir = dirs.volume(&v.name);
-        let fail = |e: String| format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name);
+        let fail = |e: VolumeError| VolumeError::SetUp {
+            volume: v.name.clone(),
+            source: Box::new(e),
+        };
         match crate::volumes::render(v, pod, &objs).map_err(fail)? {
             Some(files) => {
-                crate::volumes::write_atomic(&dir, &files).map_err(|e| fail(e.to_string()))?;
+                crate::volumes::write_atomic(&dir, &files)
+                    .map_err(|e| fail(VolumeError::Write(e.to_string())))?;
             }
             None => {
                 tokio::fs::create_dir_all(&dir)
                     .await
-                    .map_err(|e| fail(e.to_string()))?;
+                    .map_err(|e| fail(VolumeError::Write(e.to_string())))?;
             }
         }
     }

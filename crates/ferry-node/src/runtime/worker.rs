@@ -162,7 +162,8 @@ pub(super) async fn pod_worker(
             match sync_volumes(&rt, &pod, &dirs, &tokens).await {
                 Ok(()) => break,
                 Err(msg) => {
-                    rt.event(&pod, "Warning", "FailedMount", &msg).await;
+                    rt.event(&pod, "Warning", "FailedMount", &msg.to_string())
+                        .await;
                     if attempt == 0 {
                         status.push(&pods, &name, false, false).await;
                     }
