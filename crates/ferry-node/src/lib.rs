@@ -168,10 +168,16 @@ impl AgentArgs {
 
 /// The host name (`uname(2)`'s node name, then `$HOSTNAME`).
 pub fn host_name() -> String {
-    Some(rustix::system::uname().nodename().to_string_lossy().trim().to_lowercase())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
+    Some(
+        rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .trim()
+            .to_lowercase(),
+    )
+    .filter(|s| !s.is_empty())
+    .or_else(|| std::env::var("HOSTNAME").ok())
+    .unwrap_or_else(|| "localhost".into())
 }
 
 /// Whether this process runs as root (effective uid 0): what creating network namespaces, veth
@@ -336,7 +342,7 @@ pub async fn start(
         }
         Arc::new(netns_network(&args, &node_name, &node_ips, &cidrs)?)
     } else {
-        Arc::new(network::Loopback::new(pod_cidr).map_err(anyhow::Error::msg)?)
+        Arc::new(network::Loopback::new(pod_cidr)?)
     };
     let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     let rt = Arc::new(runtime::Runtime {
@@ -515,4 +521,3 @@ fn netns_network(
     }
     Ok(net)
 }
-

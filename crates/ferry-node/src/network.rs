@@ -123,10 +123,31 @@ pub struct PodRef {
     pub port_mappings: Vec<serde_json::Value>,
 }
 
+/// Why a pod's network cannot be set up (kubelet's `FailedCreatePodSandBox` texts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetworkError {
+    #[error("loopback pod network needs a pod CIDR inside 127.0.0.0/8, got {0}")]
+    NotLoopback(IpNet),
+    #[error("no free pod address left in {0}")]
+    Exhausted(IpNet),
+    #[error("the pod address table is poisoned (a set-up panicked)")]
+    Poisoned,
+    #[error("creating network namespace: {0}")]
+    Namespace(String),
+    #[error("network {network} gave pod {pod} no address")]
+    NoAddress { network: String, pod: String },
+    /// The CNI plugin failed (its message).
+    #[error("failed to setup network for sandbox {pod}: {message}")]
+    Plugin { pod: String, message: String },
+    /// The blocking set-up task did not finish.
+    #[error("network set-up task: {0}")]
+    Task(String),
+}
+
 /// A pod network mode.
 pub trait PodNetwork: Send + Sync {
     /// Gives the pod its addresses; idempotent for a pod already set up.
-    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, String>;
+    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, NetworkError>;
     /// Frees what `setup` took.
     fn teardown(&self, uid: &str);
     /// A command prefix that runs a process inside the pod's network (empty: host network).
@@ -148,12 +169,13 @@ pub struct Loopback {
 impl Loopback {
     /// `cidr` must lie inside 127.0.0.0/8 (or be `::1/128`-like loopback) for the addresses to
     /// be local without configuring anything.
-    pub fn new(cidr: IpNet) -> Result<Loopback, String> {
-        let lo: IpNet = "127.0.0.0/8".parse().map_err(|e| format!("{e}"))?;
+    pub fn new(cidr: IpNet) -> Result<Loopback, NetworkError> {
+        let lo = IpNet::V4(ipnet::Ipv4Net::new_assert(
+            std::net::Ipv4Addr::new(127, 0, 0, 0),
+            8,
+        ));
         if !lo.contains(&cidr) {
-            return Err(format!(
-                "loopback pod network needs a pod CIDR inside 127.0.0.0/8, got {cidr}"
-            ));
+            return Err(NetworkError::NotLoopback(cidr));
         }
         Ok(Loopback {
             inner: Mutex::new((IpAllocator::new(cidr), Default::default())),
@@ -162,9 +184,9 @@ impl Loopback {
 }
 
 impl PodNetwork for Loopback {
-    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+    fn setup(&self, pod: &PodRef, wanted: Option<IpAddr>) -> Result<PodAddresses, NetworkError> {
         let uid = pod.uid.as_str();
-        let mut g = self.inner.lock().map_err(|_| "poisoned".to_string())?;
+        let mut g = self.inner.lock().map_err(|_| NetworkError::Poisoned)?;
         if let Some(ip) = g.1.get(uid) {
             return Ok(PodAddresses { ips: vec![*ip] });
         }
@@ -172,7 +194,7 @@ impl PodNetwork for Loopback {
             Some(ip) if g.0.reserve(ip) => ip,
             _ => {
                 g.0.allocate()
-                    .ok_or_else(|| format!("no free pod address left in {}", g.0.cidr()))?
+                    .ok_or_else(|| NetworkError::Exhausted(g.0.cidr()))?
             }
         };
         g.1.insert(uid.to_string(), ip);
@@ -263,7 +285,7 @@ impl NetNs {
 }
 
 impl PodNetwork for NetNs {
-    fn setup(&self, pod: &PodRef, _wanted: Option<IpAddr>) -> Result<PodAddresses, String> {
+    fn setup(&self, pod: &PodRef, _wanted: Option<IpAddr>) -> Result<PodAddresses, NetworkError> {
         let name = self.netns_name(&pod.uid);
         let att = self.attachment(pod, "eth0");
         if crate::netns::exists(&name)
@@ -274,7 +296,7 @@ impl PodNetwork for NetNs {
                 return Ok(PodAddresses { ips });
             }
         }
-        crate::netns::create(&name).map_err(|e| format!("creating network namespace: {e}"))?;
+        crate::netns::create(&name).map_err(|e| NetworkError::Namespace(e.to_string()))?;
         // No duplicate address detection inside the pod: its addresses are unique by IPAM,
         // and DAD would hold IPv6 back for a second or two.
         let p = crate::netns::path(&name);
@@ -294,10 +316,10 @@ impl PodNetwork for NetNs {
                 let ips = crate::cni::pod_ips(&r);
                 if ips.is_empty() {
                     self.teardown(&pod.uid);
-                    return Err(format!(
-                        "network {} gave pod {} no address",
-                        self.conf.name, pod.uid
-                    ));
+                    return Err(NetworkError::NoAddress {
+                        network: self.conf.name.clone(),
+                        pod: pod.uid.clone(),
+                    });
                 }
                 Ok(PodAddresses { ips })
             }
@@ -306,10 +328,10 @@ impl PodNetwork for NetNs {
                 let _ = self.cni.del(&self.conf, &att);
                 let _ = self.cni.del(&loopback_conf(), &lo_att);
                 crate::netns::delete(&name);
-                Err(format!(
-                    "failed to setup network for sandbox {}: {e}",
-                    pod.uid
-                ))
+                Err(NetworkError::Plugin {
+                    pod: pod.uid.clone(),
+                    message: e.to_string(),
+                })
             }
         }
     }

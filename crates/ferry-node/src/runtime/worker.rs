@@ -93,7 +93,7 @@ pub(super) async fn pod_worker(
             let pr = podref.clone();
             let r = tokio::task::spawn_blocking(move || net.setup(&pr, wanted))
                 .await
-                .unwrap_or_else(|e| Err(format!("network set-up task: {e}")));
+                .unwrap_or_else(|e| Err(crate::network::NetworkError::Task(e.to_string())));
             match r {
                 Ok(a) => break a,
                 Err(e) => {
