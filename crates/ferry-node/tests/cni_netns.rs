@@ -138,7 +138,7 @@ fn pod_namespaces_through_the_reference_plugins() {
         let uid = format!("x{}", more.len());
         match net.setup(&pod(&uid), None) {
             Ok(_) => more.push(uid),
-            Err(e) => break (uid, e),
+            Err(e) => break (uid, e.to_string()),
         }
         assert!(more.len() < 10, "the range never ran out");
     };
