@@ -432,7 +432,9 @@ impl Incremental {
                 }
             }
             self.recount_conflicts();
-            self.state = nft::render(ports, &self.cfg);
+            self.state = self
+                .union_state()
+                .unwrap_or_else(|| nft::render(ports, &self.cfg));
             self.primed = true;
             return Update {
                 ops: Vec::new(),
@@ -482,7 +484,9 @@ impl Incremental {
                 }
             }
             self.recount_conflicts();
-            self.state = nft::render(&self.all_ports(), &self.cfg);
+            self.state = self
+                .union_state()
+                .unwrap_or_else(|| nft::render(&self.all_ports(), &self.cfg));
             self.primed = true;
             return Update {
                 ops: Vec::new(),
@@ -492,6 +496,35 @@ impl Incremental {
             };
         }
         self.apply_changes(changes, None)
+    }
+
+    /// The whole table from the counted contributions, when no item is claimed differently
+    /// by two Services (what [`nft::render`] gives then); `None` while a conflict exists.
+    fn union_state(&self) -> Option<Ruleset> {
+        if !self.conflicts.is_empty() {
+            return None;
+        }
+        let mut rs = nft::render(&[], &self.cfg);
+        for (n, m) in &self.chains {
+            if let Some(c) = m.single() {
+                rs.chains.insert(n.clone(), c.clone());
+            }
+        }
+        for (n, m) in &self.sets {
+            if let Some(k) = m.single() {
+                rs.sets.entry(n.clone()).or_default().kind = Some(k.clone());
+            }
+        }
+        for ((s, k), m) in &self.elements {
+            if let Some(v) = m.single() {
+                rs.sets
+                    .entry(s.clone())
+                    .or_default()
+                    .elements
+                    .insert(k.clone(), v.clone());
+            }
+        }
+        Some(rs)
     }
 
     /// The stored kernel input of one Service (empty when unknown).
