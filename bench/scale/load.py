@@ -76,6 +76,8 @@ def work(args):
 
 
 def run(url, token, kind, n, a):
+    if n <= 0:
+        return
     step = (n + a.clients * 4 - 1) // (a.clients * 4)
     chunks = [(url, token, kind, lo, min(n, lo + step), a) for lo in range(0, n, step)]
     t0 = time.time()
