@@ -13,16 +13,7 @@ use ferry_node::cni::{Cni, default_conflist};
 use ferry_node::netns;
 use ferry_node::network::{NetNs, PodNetwork, PodRef};
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use ferry_node::is_root;
 
 fn network(node_ns: &str, state: &Path, cidrs: &[&str], prefix: &str) -> NetNs {
     let cidrs: Vec<ipnet::IpNet> = cidrs.iter().map(|c| c.parse().expect("cidr")).collect();

@@ -47,16 +47,7 @@ pub fn kube_dns_ip(service_range: &str) -> String {
         .join(".")
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+use ferry_node::is_root;
 
 /// Cluster DNS on the kube-dns address, port 53, as root (as `ferry up` does by default);
 /// otherwise on a free loopback port.
