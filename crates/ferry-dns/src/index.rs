@@ -115,39 +115,51 @@ pub struct NameData {
 
 type Key = (Box<str>, Box<str>);
 
-/// A pod's IPs without a heap allocation for the usual one (or none).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum PodIps {
-    One(IpAddr),
-    /// None or several (dual-stack).
-    Many(Box<[IpAddr]>),
-}
-
-impl PodIps {
-    fn new(ips: &[IpAddr]) -> Self {
-        match ips {
-            [ip] => PodIps::One(*ip),
-            _ => PodIps::Many(ips.into()),
-        }
-    }
-    fn as_slice(&self) -> &[IpAddr] {
-        match self {
-            PodIps::One(ip) => std::slice::from_ref(ip),
-            PodIps::Many(v) => v,
-        }
-    }
-}
-
-/// One pod: its IPs, and the (re)list that last saw it.
+/// One pod in 24 bytes: its first address inline when that is IPv4 (the usual single-stack
+/// pod), any other addresses boxed, its namespace id, and the (re)list that last saw it.
 #[derive(Debug)]
 struct PodEntry {
-    ips: PodIps,
+    /// The first address when it is IPv4, as `u32`; 0 when it is not (0.0.0.0 is never a
+    /// pod's address).
+    v4: u32,
+    ns: u32,
     epoch: u32,
+    /// The addresses after the inline one (all of them when there is none), in order.
+    // A thin pointer: `Box<[IpAddr]>` would make every entry 8 bytes larger for the rare pod
+    // with a second address.
+    #[allow(clippy::box_collection)]
+    rest: Option<Box<Vec<IpAddr>>>,
 }
 
-/// Pods keyed by (interned namespace id, name): at 150,000 pods each entry is ~60 bytes plus
-/// its name, instead of two strings and a vector per pod.
-type PodKey = (u32, Box<str>);
+impl PodEntry {
+    fn new(ips: &[IpAddr], ns: u32, epoch: u32) -> Self {
+        let (v4, rest) = match ips.split_first() {
+            Some((IpAddr::V4(a), rest)) if !a.is_unspecified() => (u32::from(*a), rest),
+            _ => (0, ips),
+        };
+        PodEntry {
+            v4,
+            ns,
+            epoch,
+            rest: (!rest.is_empty()).then(|| Box::new(rest.to_vec())),
+        }
+    }
+    fn ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let first = (self.v4 != 0).then(|| IpAddr::V4(self.v4.into()));
+        first
+            .into_iter()
+            .chain(self.rest.iter().flat_map(|r| r.iter().copied()))
+    }
+    fn same_ips(&self, ips: &[IpAddr]) -> bool {
+        self.ips().eq(ips.iter().copied())
+    }
+}
+
+/// A pod's key: a 128-bit keyed hash of (namespace, name) under this process's random keys,
+/// instead of the name itself (at 150,000 pods the names and their allocations were a third
+/// of the index). Two pods colliding would need a 2^-128 chance per pair (~10^-28 here), and
+/// the keys are unknown outside the process.
+type PodKey = u128;
 
 #[derive(Debug, Default)]
 struct ServiceState {
@@ -168,13 +180,15 @@ pub struct Index {
     /// Empty non-terminals (ancestors of names, below the apex), reference counted.
     ents: HashMap<Box<str>, u32>,
     ptr: HashMap<IpAddr, Vec<Box<str>>>,
-    /// Namespace names of pods, interned: id -> name (never shrinks; one entry per namespace
-    /// ever seen with a pod).
-    ns_names: Vec<Box<str>>,
+    /// Namespaces of pods, interned: name -> id (never shrinks; one entry per namespace ever
+    /// seen with a pod).
     ns_ids: HashMap<Box<str>, u32>,
-    /// (pod IP, namespace id) -> how many pods of that namespace have the IP.
+    /// (pod IPv4 address, namespace id) -> how many pods of that namespace have it (12 bytes
+    /// an entry), and the same for other addresses.
+    pod_v4: HashMap<(u32, u32), u32>,
     pod_ips: HashMap<(IpAddr, u32), u32>,
     pods: HashMap<PodKey, PodEntry>,
+    pod_hash: (std::hash::RandomState, std::hash::RandomState),
     /// The current pod (re)list; entries not seen by it are removed at its end.
     pod_epoch: u32,
     serial: u32,
@@ -205,9 +219,10 @@ impl Index {
             names: HashMap::new(),
             ents: HashMap::new(),
             ptr: HashMap::new(),
-            ns_names: Vec::new(),
             ns_ids: HashMap::new(),
+            pod_v4: HashMap::new(),
             pod_ips: HashMap::new(),
+            pod_hash: Default::default(),
             pods: HashMap::new(),
             pod_epoch: 0,
             serial: now_unix(),
@@ -236,9 +251,13 @@ impl Index {
         self.ptr.get(ip).map(|v| v.as_slice())
     }
     pub fn pod_exists(&self, ns: &str, ip: &IpAddr) -> bool {
-        self.ns_ids
-            .get(ns)
-            .is_some_and(|id| self.pod_ips.contains_key(&(*ip, *id)))
+        let Some(id) = self.ns_ids.get(ns).copied() else {
+            return false;
+        };
+        match ip {
+            IpAddr::V4(a) if !a.is_unspecified() => self.pod_v4.contains_key(&(u32::from(*a), id)),
+            _ => self.pod_ips.contains_key(&(*ip, id)),
+        }
     }
     pub fn service_count(&self) -> usize {
         self.services.values().filter(|s| s.svc.is_some()).count()
@@ -252,14 +271,6 @@ impl Index {
     pub fn slices(&self) -> impl Iterator<Item = &SliceInfo> {
         self.services.values().flat_map(|s| s.slices.values())
     }
-    pub fn pods(&self) -> impl Iterator<Item = PodInfo> + '_ {
-        self.pods.iter().map(|((ns, name), e)| PodInfo {
-            namespace: self.ns_names[*ns as usize].to_string(),
-            name: name.to_string(),
-            ips: e.ips.as_slice().to_vec(),
-        })
-    }
-
     fn touch(&mut self) {
         self.generation += 1;
         self.serial = now_unix().max(self.serial.wrapping_add(1));
@@ -333,27 +344,39 @@ impl Index {
         if let Some(id) = self.ns_ids.get(ns) {
             return *id;
         }
-        let id = self.ns_names.len() as u32;
-        self.ns_names.push(ns.into());
+        let id = self.ns_ids.len() as u32;
         self.ns_ids.insert(ns.into(), id);
         id
     }
 
+    fn pod_key(&self, ns: u32, name: &str) -> PodKey {
+        use std::hash::BuildHasher;
+        let (a, b) = &self.pod_hash;
+        let lo = a.hash_one((ns, name));
+        let hi = b.hash_one((ns, name));
+        (u128::from(hi) << 64) | u128::from(lo)
+    }
+
     pub fn upsert_pod(&mut self, pod: PodInfo) -> bool {
-        let key: PodKey = (self.ns_id(&pod.namespace), pod.name.into_boxed_str());
+        let ns = self.ns_id(&pod.namespace);
+        let key = self.pod_key(ns, &pod.name);
         let epoch = self.pod_epoch;
         if let Some(e) = self.pods.get_mut(&key) {
             e.epoch = epoch;
-            if e.ips.as_slice() == pod.ips.as_slice() {
+            if e.same_ips(&pod.ips) {
                 return false;
             }
         }
-        self.remove_pod_ips(&key);
+        self.remove_pod_ips(key);
         for ip in &pod.ips {
-            *self.pod_ips.entry((*ip, key.0)).or_default() += 1;
+            match ip {
+                IpAddr::V4(a) if !a.is_unspecified() => {
+                    *self.pod_v4.entry((u32::from(*a), ns)).or_default() += 1
+                }
+                _ => *self.pod_ips.entry((*ip, ns)).or_default() += 1,
+            }
         }
-        let ips = PodIps::new(&pod.ips);
-        self.pods.insert(key, PodEntry { ips, epoch });
+        self.pods.insert(key, PodEntry::new(&pod.ips, ns, epoch));
         self.touch();
         true
     }
@@ -362,12 +385,11 @@ impl Index {
         let Some(ns) = self.ns_ids.get(namespace).copied() else {
             return false;
         };
-        let key: PodKey = (ns, name.into());
+        let key = self.pod_key(ns, name);
         if !self.pods.contains_key(&key) {
             return false;
         }
-        self.remove_pod_ips(&key);
-        self.pods.remove(&key);
+        self.remove_pod_ips(key);
         self.touch();
         true
     }
@@ -385,32 +407,44 @@ impl Index {
             .pods
             .iter()
             .filter(|(_, e)| e.epoch != epoch)
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| *k)
             .collect();
         for k in &stale {
-            self.remove_pod_ips(k);
-            self.pods.remove(k);
+            if let Some(e) = self.pods.remove(k) {
+                self.forget_ips(&e);
+            }
         }
         if !stale.is_empty() {
             self.touch();
         }
         // Give back what a larger cluster needed.
         self.pods.shrink_to_fit();
+        self.pod_v4.shrink_to_fit();
         self.pod_ips.shrink_to_fit();
         !stale.is_empty()
     }
 
-    fn remove_pod_ips(&mut self, key: &PodKey) {
-        let Some(e) = self.pods.get(key) else {
-            return;
-        };
-        for ip in e.ips.as_slice() {
-            let k = (*ip, key.0);
-            if let Some(n) = self.pod_ips.get_mut(&k) {
+    /// Removes a pod and its address counts.
+    fn remove_pod_ips(&mut self, key: PodKey) {
+        if let Some(e) = self.pods.remove(&key) {
+            self.forget_ips(&e);
+        }
+    }
+
+    /// Drops one pod's counts of its addresses.
+    fn forget_ips(&mut self, e: &PodEntry) {
+        fn dec<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K) {
+            if let Some(n) = m.get_mut(&k) {
                 *n -= 1;
                 if *n == 0 {
-                    self.pod_ips.remove(&k);
+                    m.remove(&k);
                 }
+            }
+        }
+        for ip in e.ips() {
+            match ip {
+                IpAddr::V4(a) if !a.is_unspecified() => dec(&mut self.pod_v4, (u32::from(a), e.ns)),
+                _ => dec(&mut self.pod_ips, (ip, e.ns)),
             }
         }
     }
@@ -762,12 +796,21 @@ mod tests {
         assert!(!idx.pod_exists("a", &ip("10.0.0.1")));
         assert!(!idx.delete_pod("a", "h2"));
         assert!(!idx.delete_pod("zz", "h2"));
-        let mut all: Vec<PodInfo> = idx.pods().collect();
-        all.sort_by(|x, y| x.name.cmp(&y.name));
-        assert_eq!(all, vec![pod("b", "d", &["10.0.0.2", "fd00::2"])]);
+        assert_eq!(idx.pod_count(), 1);
         assert!(idx.upsert_pod(pod("b", "d", &["10.0.0.3"])));
         assert!(!idx.pod_exists("b", &ip("fd00::2")));
         assert!(idx.delete_pod("b", "d"));
-        assert!(idx.pod_ips.is_empty() && idx.pods.is_empty());
+        assert!(idx.pod_ips.is_empty() && idx.pod_v4.is_empty() && idx.pods.is_empty());
+        // IPv6-first dual-stack and an unspecified address keep their order and identity.
+        for ips in [&["fd00::9", "10.0.0.9"][..], &["0.0.0.0", "10.0.0.8"][..]] {
+            assert!(idx.upsert_pod(pod("c", "x", ips)));
+            assert!(!idx.upsert_pod(pod("c", "x", ips)), "no-op for {ips:?}");
+            for i in ips {
+                assert!(idx.pod_exists("c", &ip(i)), "{i}");
+            }
+        }
+        assert!(!idx.pod_exists("c", &ip("fd00::9")), "replaced");
+        assert!(idx.delete_pod("c", "x"));
+        assert!(idx.pod_ips.is_empty() && idx.pod_v4.is_empty() && idx.pods.is_empty());
     }
 }

@@ -252,7 +252,12 @@ pub trait Watched:
     }
     fn upsert(&self, idx: &mut Index) -> bool;
     fn remove(idx: &mut Index, ns: &str, name: &str) -> bool;
-    fn keys(idx: &Index) -> Vec<(String, String)>;
+    /// The keys of this kind in the index: what a (re)list compares the keys it saw with.
+    /// Kinds whose index marks what a (re)list saw itself ([`Watched::INDEX_TRACKS_RELIST`])
+    /// keep the default (the pod index does not even keep names).
+    fn keys(_idx: &Index) -> Vec<(String, String)> {
+        Vec::new()
+    }
     /// Whether the index itself marks what a (re)list saw ([`Watched::relist_begin`] /
     /// [`Watched::relist_end`]) instead of [`apply_event`] collecting every key: for Pods,
     /// where 150,000 key pairs would be the largest allocation of a relist.
@@ -312,9 +317,6 @@ impl Watched for SlimPod {
     }
     fn remove(idx: &mut Index, ns: &str, name: &str) -> bool {
         idx.delete_pod(ns, name)
-    }
-    fn keys(idx: &Index) -> Vec<(String, String)> {
-        idx.pods().map(|p| (p.namespace, p.name)).collect()
     }
     const INDEX_TRACKS_RELIST: bool = true;
     fn relist_begin(idx: &mut Index) {
