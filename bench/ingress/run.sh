@@ -10,6 +10,7 @@
 # Loopback only. PROXIES="ferry nginx" runs a subset.
 #
 #   bench/ingress/run.sh [SECONDS=5] [CONNECTIONS=64] [ROUNDS=3]
+#   TLS=1 adds the same over HTTPS (ferry-tls, nginx-tls, haproxy-tls).
 #
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
 set -euo pipefail
@@ -24,6 +25,9 @@ FERRY=127.0.0.1:18081
 NGINX=127.0.0.1:18082
 HAP=127.0.0.1:18083
 HYPER=127.0.0.1:18084   # Ferry with the fast path off (hyper throughout): the "before"
+FERRY_TLS=127.0.0.1:18085
+NGINX_TLS=127.0.0.1:18086
+HAP_TLS=127.0.0.1:18087
 
 need=()
 for t in nginx haproxy wrk; do command -v "$t" >/dev/null 2>&1 || need+=("$t"); done
@@ -47,6 +51,27 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir -p "$W/nginx"
+# A certificate for bench.test (ECDSA P-256), served by all three for the HTTPS runs (TLS=1).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj /CN=bench.test -addext subjectAltName=DNS:bench.test \
+  -keyout "$W/key.pem" -out "$W/crt.pem" >/dev/null 2>&1
+cat "$W/crt.pem" "$W/key.pem" >"$W/both.pem"
+NGINX_LOCATION=$(cat <<'CFG'
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_set_header X-Forwarded-For $remote_addr;
+      proxy_set_header X-Real-IP $remote_addr;
+      proxy_set_header X-Forwarded-Proto $scheme;
+      proxy_set_header X-Forwarded-Host $http_host;
+      proxy_set_header X-Forwarded-Port $server_port;
+      proxy_buffering on;
+      proxy_next_upstream error timeout;
+    }
+CFG
+)
 cat >"$W/nginx/nginx.conf" <<CFG
 daemon off;
 master_process off;
@@ -62,19 +87,14 @@ http {
   server {
     listen $NGINX backlog=4096;
     server_name bench.test;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$http_host;
-      proxy_set_header X-Forwarded-For \$remote_addr;
-      proxy_set_header X-Real-IP \$remote_addr;
-      proxy_set_header X-Forwarded-Proto \$scheme;
-      proxy_set_header X-Forwarded-Host \$http_host;
-      proxy_set_header X-Forwarded-Port \$server_port;
-      proxy_buffering on;
-      proxy_next_upstream error timeout;
-    }
+$NGINX_LOCATION
+  }
+  server {
+    listen $NGINX_TLS ssl backlog=4096;
+    server_name bench.test;
+    ssl_certificate $W/crt.pem;
+    ssl_certificate_key $W/key.pem;
+$NGINX_LOCATION
   }
 }
 CFG
@@ -98,6 +118,15 @@ frontend fe
     option forwardfor
     use_backend be if { hdr(host) -m beg bench.test }
     default_backend be
+frontend fe_tls
+    bind $HAP_TLS ssl crt $W/both.pem
+    http-request set-header X-Forwarded-Proto https
+    http-request set-header X-Forwarded-Host %[req.hdr(host)]
+    http-request set-header X-Forwarded-Port %[dst_port]
+    http-request set-header X-Real-IP %[src]
+    option forwardfor
+    use_backend be if { hdr(host) -m beg bench.test }
+    default_backend be
 backend be
     retry-on conn-failure
     server s1 $ORIGIN
@@ -105,13 +134,17 @@ CFG
 
 declare -A PID
 taskset -c $LOAD_CPU "$ORIGIN_BIN" "$ORIGIN" 100 & PIDS+=($!); ORIGIN_PID=$!
-taskset -c $PROXY_CPU env TOKIO_WORKER_THREADS=1 "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!); PID[ferry]=$!
+taskset -c $PROXY_CPU env FERRY_BENCH_TLS="$FERRY_TLS,$W/crt.pem,$W/key.pem" "$BIN" "$FERRY" "$ORIGIN" 0 & PIDS+=($!); PID[ferry]=$!
 taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!); PID[hyper]=$!
 taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!); PID[nginx]=$!
 taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!); PID[haproxy]=$!
 sleep 2
 for a in $ORIGIN $FERRY $NGINX $HAP $HYPER; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
+done
+for a in $FERRY_TLS $NGINX_TLS $HAP_TLS; do
+  curl -sf --cacert "$W/crt.pem" --resolve "bench.test:${a##*:}:127.0.0.1" "https://bench.test:${a##*:}/" >/dev/null \
+    || { echo "no HTTPS answer from $a" >&2; exit 1; }
 done
 
 # One wrk run against one proxy: requests/s, p99 (ms), the proxy's CPU time per request (µs,
@@ -125,7 +158,7 @@ run() {
   perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
   sleep 0.3
   out=$(taskset -c $LOAD_CPU perf stat -x, -e task-clock -o "$W/wstat" -- \
-        wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "http://$1/")
+        wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "$1")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   req=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
@@ -141,36 +174,54 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR%2)
 
 perf stat -e task-clock -- true >/dev/null 2>&1 || { echo "perf stat does not work here" >&2; exit 1; }
 echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)  load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
-echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run)"
-NAMES=${PROXIES:-ferry nginx haproxy hyper}
+url_of() {
+  case $1 in
+    ferry) echo "http://$FERRY/";; nginx) echo "http://$NGINX/";; haproxy) echo "http://$HAP/";;
+    hyper) echo "http://$HYPER/";; ferry-tls) echo "https://$FERRY_TLS/";;
+    nginx-tls) echo "https://$NGINX_TLS/";; haproxy-tls) echo "https://$HAP_TLS/";;
+  esac
+}
 declare -A RPS P99 CPU
-for r in $(seq 1 "$ROUNDS"); do
-  for name in $NAMES; do
-    case $name in ferry) a=$FERRY;; nginx) a=$NGINX;; haproxy) a=$HAP;; hyper) a=$HYPER;; esac
-    read -r rps p99 cpu ps ls < <(run "$a" "${PID[$name]}")
-    printf '  round %d %-8s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%%\n' \
-      "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls"
-    RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
+# suite TITLE NAME...: interleaved rounds over the named proxies, then medians and ratios
+# (the first three names: ferry, nginx, haproxy in that order).
+suite() {
+  local title=$1; shift
+  local names=("$@") name r rps p99 cpu ps ls
+  echo "== $title: wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
+  echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run)"
+  for name in "${names[@]}"; do RPS[$name]=""; P99[$name]=""; CPU[$name]=""; done
+  for r in $(seq 1 "$ROUNDS"); do
+    for name in "${names[@]}"; do
+      read -r rps p99 cpu ps ls < <(run "$(url_of "$name")" "${PID[${name%-tls}]}")
+      printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%%\n' \
+        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls"
+      RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
+    done
   done
-done
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== medians over $ROUNDS rounds (hyper = Ferry without its fast path) =="
-for name in $NAMES; do
-  RPS[$name]=$(median <<<"${RPS[$name]}"); P99[$name]=$(median <<<"${P99[$name]}"); CPU[$name]=$(median <<<"${CPU[$name]}")
-  printf '  %-8s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req\n' "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}"
-done
-case " $NAMES " in *" ferry "*" nginx "*" haproxy "*) ;; *) exit 0;; esac
-best=nginx
-if awk -v h="${RPS[haproxy]}" -v n="${RPS[nginx]}" 'BEGIN{exit !(h>n)}'; then best=haproxy; fi
-awk -v f="${RPS[ferry]}" -v n="${RPS[nginx]}" -v h="${RPS[haproxy]}" -v fp="${P99[ferry]}" \
-    -v np="${P99[nginx]}" -v hp="${P99[haproxy]}" -v best="$best" \
-    -v fc="${CPU[ferry]}" -v nc="${CPU[nginx]}" -v hc="${CPU[haproxy]}" 'BEGIN{
-  printf "ratio req/s    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/(best=="nginx"?n:h)
-  printf "ratio p99      ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/(best=="nginx"?np:hp)
-  printf "ratio cpu/req  nginx/ferry %.2f  haproxy/ferry %.2f  (requests per core-second, ferry vs peer)\n", nc/fc, hc/fc
-}'
-if [ -n "${RPS[hyper]:-}" ]; then
-  awk -v f="${RPS[ferry]}" -v y="${RPS[hyper]}" -v fc="${CPU[ferry]}" -v yc="${CPU[hyper]}" \
-    'BEGIN{printf "ferry fast path vs its hyper path: req/s %.2f  cpu/req %.2f\n", f/y, yc/fc}'
+  echo "-- medians over $ROUNDS rounds (load average now $(cut -d' ' -f1-3 /proc/loadavg)) --"
+  for name in "${names[@]}"; do
+    RPS[$name]=$(median <<<"${RPS[$name]}"); P99[$name]=$(median <<<"${P99[$name]}"); CPU[$name]=$(median <<<"${CPU[$name]}")
+    printf '  %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req = %6.0f req per core-second\n' \
+      "$name" "${RPS[$name]}" "${P99[$name]}" "${CPU[$name]}" "$(awk -v c="${CPU[$name]}" 'BEGIN{print 1e6/c}')"
+  done
+  [ ${#names[@]} -ge 3 ] || return 0
+  local f=${names[0]} n=${names[1]} h=${names[2]}
+  awk -v f="${RPS[$f]}" -v n="${RPS[$n]}" -v h="${RPS[$h]}" -v fp="${P99[$f]}" \
+      -v np="${P99[$n]}" -v hp="${P99[$h]}" \
+      -v fc="${CPU[$f]}" -v nc="${CPU[$n]}" -v hc="${CPU[$h]}" 'BEGIN{
+    best = (h > n) ? "haproxy" : "nginx"; b = (h > n) ? h : n; bp = (h > n) ? hp : np
+    printf "ratio req/s    ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal >= 1.30)\n", f/n, f/h, best, f/b
+    printf "ratio p99      ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/bp
+    printf "ratio cpu/req  nginx/ferry %.2f  haproxy/ferry %.2f  (requests per core-second, ferry vs peer)\n", nc/fc, hc/fc
+  }'
+  if [ -n "${RPS[hyper]:-}" ] && [ "$f" = ferry ]; then
+    awk -v f="${RPS[ferry]}" -v y="${RPS[hyper]}" -v fc="${CPU[ferry]}" -v yc="${CPU[hyper]}" \
+      'BEGIN{printf "ferry fast path vs its hyper path (hyper = Ferry without the fast path): req/s %.2f  cpu/req %.2f\n", f/y, yc/fc}'
+  fi
+}
+# shellcheck disable=SC2086
+suite "plain HTTP" ${PROXIES:-ferry nginx haproxy hyper}
+if [ -n "${TLS:-}" ]; then
+  # HTTPS (TLS 1.3, the same ECDSA certificate; keep-alive, so no handshakes in the loop).
+  suite "HTTPS" ferry-tls nginx-tls haproxy-tls
 fi

@@ -6,10 +6,13 @@
 //!
 //! WORKER_THREADS 0 (default) runs a current-thread runtime (one core). `FERRY_INGRESS_FAST=0`
 //! turns the HTTP/1.1 fast path off (hyper serves every connection), for before/after figures.
+//! `FERRY_BENCH_TLS=ADDR,CERT.pem,KEY.pem` also serves HTTPS on ADDR with that certificate
+//! (TLS termination as `ferry ingress` does it: rustls, then hyper).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use ferry_ingress::{proxy, routes};
+use ferry_ingress::{proxy, routes, tls};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +75,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let shared = proxy::Shared::new(proxy::Limits::default(), false);
         shared.swap_routes(built.table);
         shared.set_fast_path(std::env::var("FERRY_INGRESS_FAST").as_deref() != Ok("0"));
+        if let Ok(spec) = std::env::var("FERRY_BENCH_TLS") {
+            let parts: Vec<&str> = spec.split(',').collect();
+            let [addr, crt, key] = parts[..] else {
+                return Err("FERRY_BENCH_TLS=ADDR,CERT,KEY".into());
+            };
+            let addr: SocketAddr = addr.parse()?;
+            let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+                "metadata": {"name": "bench-tls", "namespace": "default"},
+                "type": "kubernetes.io/tls",
+            }))?;
+            let mut secret = secret;
+            secret.data = Some(
+                [("tls.crt", crt), ("tls.key", key)]
+                    .into_iter()
+                    .map(|(k, f)| Ok((k.to_string(), k8s_openapi::ByteString(std::fs::read(f)?))))
+                    .collect::<Result<_, std::io::Error>>()?,
+            );
+            let ck = tls::certified_key(&secret, "default/bench-tls")?;
+            let table = tls::CertTable {
+                exact: Default::default(),
+                wildcard: Default::default(),
+                default: ck,
+            };
+            let config = tls::server_config(Arc::new(tls::Resolver::new(table)));
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            eprintln!("ingress_bench: listening on {addr} (HTTPS)");
+            tokio::spawn(proxy::serve_https(
+                shared.clone(),
+                l,
+                Arc::new(config),
+                CancellationToken::new(),
+            ));
+        }
         let listener = tokio::net::TcpListener::bind(listen).await?;
         eprintln!("ingress_bench: listening on {listen}");
         proxy::serve_http(shared, listener, CancellationToken::new()).await;
