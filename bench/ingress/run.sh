@@ -3,11 +3,14 @@
 # Ferry's Ingress data path vs nginx and HAProxy (Debian packages) configured equivalently —
 # one frontend, Host/Prefix routing to one backend, keep-alive pooled upstream connections,
 # X-Forwarded-For/-Proto/-Host and X-Real-IP set — each proxy pinned to ONE core (taskset),
-# in the same run. The origin is `bench_origin` (an epoll loop answering a fixed 100-byte body,
-# far cheaper per request than any proxy), the same for all proxies; wrk and the origin share
-# the other core, so the proxy's core is the bottleneck (checked: each run prints the proxy's
-# and the load side's CPU use). Rounds interleave the proxies; figures are medians over rounds.
-# Loopback only. PROXIES="ferry nginx" runs a subset.
+# in the same run. The origin is `bench_origin` (one epoll loop answering a fixed 100-byte body:
+# no per-request work beyond one read and one write), the same for all proxies; wrk and the
+# origin share the other core. Each run prints the proxy's CPU time per request and the CPU
+# shares of the proxy and of the load side (and the load side's CPU per request) — on two
+# cores the load side's 4 loopback socket operations per request cost about what a lean proxy's
+# 4 do, so the proxy's CPU time per request is the figure that measures the proxy alone.
+# Rounds interleave the proxies; figures are medians over rounds. Loopback only.
+# PROXIES="ferry nginx" runs a subset.
 #
 #   bench/ingress/run.sh [SECONDS=5] [CONNECTIONS=64] [ROUNDS=3]
 #   TLS=1 adds the same over HTTPS (ferry-tls, nginx-tls, haproxy-tls).
@@ -153,7 +156,7 @@ done
 # A proxy share near 100 % (of what the machine's other jobs leave) with the load side below it
 # means the proxy was the bottleneck.
 run() {
-  local out rps p99 req wall cpu=0 pshare=0 lshare=0
+  local out rps p99 req cpu=0 pshare=0 lshare=0 lcpu=0
   perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local sp=$!
   perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
   sleep 0.3
@@ -168,7 +171,8 @@ run() {
   cpu=$(awk -F, -v r="$req" '$3 ~ /^task-clock/ {printf "%.2f", $1*1000/r}' "$W/stat")
   pshare=$(awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {printf "%.0f", $1/(s*10)}' "$W/stat")
   lshare=$(cat "$W/ostat" "$W/wstat" | awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {t+=$1} END {printf "%.0f", t/(s*10)}')
-  echo "$rps $p99 ${cpu:-0} ${pshare:-0} ${lshare:-0}"
+  lcpu=$(cat "$W/ostat" "$W/wstat" | awk -F, -v r="$req" '$3 ~ /^task-clock/ {t+=$1} END {printf "%.2f", t*1000/r}')
+  echo "$rps $p99 ${cpu:-0} ${pshare:-0} ${lshare:-0} ${lcpu:-0}"
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
@@ -186,15 +190,15 @@ declare -A RPS P99 CPU
 # (the first three names: ferry, nginx, haproxy in that order).
 suite() {
   local title=$1; shift
-  local names=("$@") name r rps p99 cpu ps ls
+  local names=("$@") name r rps p99 cpu ps ls lc
   echo "== $title: wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
-  echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run)"
+  echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run; then the load side's CPU per request)"
   for name in "${names[@]}"; do RPS[$name]=""; P99[$name]=""; CPU[$name]=""; done
   for r in $(seq 1 "$ROUNDS"); do
     for name in "${names[@]}"; do
-      read -r rps p99 cpu ps ls < <(run "$(url_of "$name")" "${PID[${name%-tls}]}")
-      printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%%\n' \
-        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls"
+      read -r rps p99 cpu ps ls lc < <(run "$(url_of "$name")" "${PID[${name%-tls}]}")
+      printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%% (%.2f us/req)\n' \
+        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc"
       RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
     done
   done
