@@ -9,9 +9,9 @@
 //! are dropped both ways; `X-Forwarded-For/-Proto/-Host/-Port` and `X-Real-IP` are set.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -1038,7 +1038,6 @@ async fn one(
         }
     }
 }
-
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -319,7 +319,11 @@ async fn a_keep_alive_connection_follows_route_changes() {
     shared.swap_routes(table(a));
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(proxy::serve_http(shared.clone(), l, CancellationToken::new()));
+    tokio::spawn(proxy::serve_http(
+        shared.clone(),
+        l,
+        CancellationToken::new(),
+    ));
     let mut tx = client(addr).await;
     for _ in 0..3 {
         assert_eq!(call(&mut tx, "GET", "/x", "").await.1, "A");
