@@ -4,6 +4,7 @@
 //! master's output sent back as stdout; window size changes (the resize stream's
 //! `{"Width":..,"Height":..}`) applied with `stty`.
 
+use crate::streaming::StreamError;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
@@ -60,23 +61,29 @@ pub async fn run(
     stdin: Option<mpsc::Receiver<Bytes>>,
     out: mpsc::Sender<Bytes>,
     mut resize: mpsc::Receiver<(u16, u16)>,
-) -> Result<i32, String> {
-    let pair = nix::pty::openpty(None, None).map_err(|e| format!("openpty: {e}"))?;
-    let path = slave_path(&pair.slave).map_err(|e| format!("pty: {e}"))?;
-    let fd = |f: &OwnedFd| f.try_clone().map_err(|e| format!("pty: {e}"));
+) -> Result<i32, StreamError> {
+    let pair = nix::pty::openpty(None, None)
+        .map_err(|e| StreamError::Terminal(format!("openpty: {e}")))?;
+    let path = slave_path(&pair.slave).map_err(|e| StreamError::Terminal(format!("pty: {e}")))?;
+    let fd = |f: &OwnedFd| {
+        f.try_clone()
+            .map_err(|e| StreamError::Terminal(format!("pty: {e}")))
+    };
     cmd.stdin(std::process::Stdio::from(fd(&pair.slave)?))
         .stdout(std::process::Stdio::from(fd(&pair.slave)?))
         .stderr(std::process::Stdio::from(fd(&pair.slave)?))
         .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("failed to exec in container: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| StreamError::Exec(e.to_string()))?;
     // Only the command holds the terminal now (the Command keeps copies until dropped): its
     // end is the master's end of file.
     drop(cmd);
     drop(pair.slave);
     let master = std::fs::File::from(pair.master);
-    let mut master_w = tokio::fs::File::from_std(master.try_clone().map_err(|e| e.to_string())?);
+    let mut master_w = tokio::fs::File::from_std(
+        master
+            .try_clone()
+            .map_err(|e| StreamError::Terminal(e.to_string()))?,
+    );
     let mut master_r = tokio::fs::File::from_std(master);
     let sizes = {
         let path = path.clone();

@@ -839,7 +839,7 @@ impl Endpoint {
         };
         let target = match crate::streaming::pod_target(&self.rt, ns, pod) {
             Ok(t) => t,
-            Err(e) => return text(404, e),
+            Err(e) => return text(404, e.to_string()),
         };
         let name = format!("{ns}/{pod}");
         match upgrade_of(&req) {
@@ -873,7 +873,7 @@ impl Endpoint {
                 let ports = if protocol == WS_PORTFORWARD_PROTOCOL {
                     match crate::streaming::ws_ports(q) {
                         Ok(p) => p,
-                        Err(e) => return text(400, e),
+                        Err(e) => return text(400, e.to_string()),
                     }
                 } else {
                     Vec::new()
@@ -941,7 +941,7 @@ pub fn exit_status(
 
 async fn run_exec<S>(
     ws: tokio_tungstenite::WebSocketStream<S>,
-    cmd: Result<tokio::process::Command, String>,
+    cmd: Result<tokio::process::Command, crate::streaming::StreamError>,
     command: Vec<String>,
     want_stdin: bool,
     want_stdout: bool,
@@ -970,7 +970,11 @@ async fn run_exec<S>(
         Ok(c) => c,
         Err(e) => {
             let _ = otx
-                .send(send_status(exit_status(&command, None, Some(e))))
+                .send(send_status(exit_status(
+                    &command,
+                    None,
+                    Some(e.to_string()),
+                )))
                 .await;
             let _ = otx.send(normal_close()).await;
             drop(otx);

@@ -107,22 +107,56 @@ pub struct PfStream {
     pub key: String,
 }
 
+/// Why an exec, attach or port-forward cannot be served; the texts are kubelet's (the client
+/// shows them, e.g. in the exec error stream's Status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("no command given")]
+    NoCommand,
+    #[error("container is not running")]
+    NotRunning,
+    #[error("failed to exec in container: {0}")]
+    Exec(String),
+    /// Allocating or wiring the terminal of a `tty` command failed.
+    #[error("{0}")]
+    Terminal(String),
+    #[error("timed out waiting for client to create streams")]
+    StreamTimeout,
+    #[error("connection closed before the streams were created")]
+    StreamsClosed,
+    #[error("invalid stream type {0:?}")]
+    StreamType(String),
+    #[error("port header is missing")]
+    MissingPort,
+    #[error("invalid port header {0:?}")]
+    PortHeader(String),
+    #[error("unable to parse {0:?} as a port")]
+    PortParam(String),
+    #[error("query parameter \"port\" is required")]
+    PortRequired,
+    /// `namespace/name` of a pod this node does not run.
+    #[error("pod {0} is not running on this node")]
+    PodNotHere(String),
+    #[error("pod {0} has no running container")]
+    NoContainer(String),
+    #[error("pod {0} has no IP address yet")]
+    NoPodIp(String),
+}
+
 /// Classifies a SPDY port-forward stream (kubelet's `httpStreamHandler`).
-pub fn classify_pf_stream(h: &Headers, id: u32) -> Result<PfStream, String> {
+pub fn classify_pf_stream(h: &Headers, id: u32) -> Result<PfStream, StreamError> {
     let kind = h.get("streamtype").unwrap_or("");
     let data = match kind {
         "data" => true,
         "error" => false,
-        other => return Err(format!("invalid stream type {other:?}")),
+        other => return Err(StreamError::StreamType(other.to_string())),
     };
-    let port_s = h
-        .get("port")
-        .ok_or_else(|| "port header is missing".to_string())?;
+    let port_s = h.get("port").ok_or(StreamError::MissingPort)?;
     let port: u16 = port_s
         .parse()
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port header {port_s:?}"))?;
+        .ok_or_else(|| StreamError::PortHeader(port_s.to_string()))?;
     let key = match h.get("requestid") {
         Some(r) => r.to_string(),
         // Old clients: the data stream follows its error stream (ids two apart).
@@ -133,7 +167,7 @@ pub fn classify_pf_stream(h: &Headers, id: u32) -> Result<PfStream, String> {
 }
 
 /// The `ports` of a WebSocket port-forward request (`ports=80,443` or repeated).
-pub fn ws_ports(pairs: &[(String, String)]) -> Result<Vec<u16>, String> {
+pub fn ws_ports(pairs: &[(String, String)]) -> Result<Vec<u16>, StreamError> {
     let mut out = Vec::new();
     for (k, v) in pairs.iter().filter(|(k, _)| k == "ports") {
         let _ = k;
@@ -142,12 +176,12 @@ pub fn ws_ports(pairs: &[(String, String)]) -> Result<Vec<u16>, String> {
                 .parse()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("unable to parse {p:?} as a port"))?;
+                .ok_or_else(|| StreamError::PortParam(p.to_string()))?;
             out.push(n);
         }
     }
     if out.is_empty() {
-        return Err("query parameter \"port\" is required".into());
+        return Err(StreamError::PortRequired);
     }
     Ok(out)
 }
@@ -163,10 +197,10 @@ pub enum Target {
 }
 
 /// Where `ns/pod`'s ports are, or why it cannot be reached.
-pub fn pod_target(rt: &Runtime, ns: &str, pod: &str) -> Result<Target, String> {
+pub fn pod_target(rt: &Runtime, ns: &str, pod: &str) -> Result<Target, StreamError> {
     let shared = rt
         .find(ns, pod)
-        .ok_or_else(|| format!("pod {ns}/{pod} is not running on this node"))?;
+        .ok_or_else(|| StreamError::PodNotHere(format!("{ns}/{pod}")))?;
     let ip = rt
         .pods
         .lock()
@@ -183,13 +217,13 @@ pub fn pod_target(rt: &Runtime, ns: &str, pod: &str) -> Result<Target, String> {
             .lock()
             .ok()
             .and_then(|m| m.values().find_map(|c| c.pid))
-            .ok_or_else(|| format!("pod {ns}/{pod} has no running container"))?;
+            .ok_or_else(|| StreamError::NoContainer(format!("{ns}/{pod}")))?;
         return Ok(Target::Netns(
             PathBuf::from(format!("/proc/{pid}/ns/net")),
             ip,
         ));
     }
-    let ip = ip.ok_or_else(|| format!("pod {ns}/{pod} has no IP address yet"))?;
+    let ip = ip.ok_or_else(|| StreamError::NoPodIp(format!("{ns}/{pod}")))?;
     Ok(Target::Addr(ip))
 }
 
@@ -225,14 +259,14 @@ pub async fn connect(target: &Target, port: u16) -> std::io::Result<tokio::net::
 async fn wait_for_streams(
     incoming: &mut mpsc::Receiver<Stream>,
     want: &[&str],
-) -> Result<HashMap<String, Stream>, String> {
+) -> Result<HashMap<String, Stream>, StreamError> {
     let mut got: HashMap<String, Stream> = HashMap::new();
     let deadline = tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT;
     while want.iter().any(|w| !got.contains_key(*w)) {
         let s = tokio::time::timeout_at(deadline, incoming.recv())
             .await
-            .map_err(|_| "timed out waiting for client to create streams".to_string())?
-            .ok_or_else(|| "connection closed before the streams were created".to_string())?;
+            .map_err(|_| StreamError::StreamTimeout)?
+            .ok_or(StreamError::StreamsClosed)?;
         let kind = s.headers.get("streamtype").unwrap_or("").to_string();
         if want.contains(&kind.as_str()) {
             got.insert(kind, s);
@@ -257,9 +291,9 @@ pub struct CommandIo {
 /// Runs a command with its streams wired to SPDY streams; returns the exit code (None: it
 /// could not start, with the message).
 async fn run_command(
-    cmd: Result<tokio::process::Command, String>,
+    cmd: Result<tokio::process::Command, StreamError>,
     io: CommandIo,
-) -> Result<i32, String> {
+) -> Result<i32, StreamError> {
     use std::process::Stdio;
     let mut cmd = cmd?;
     cmd.stdin(if io.stdin.is_some() {
@@ -278,9 +312,7 @@ async fn run_command(
         Stdio::null()
     })
     .kill_on_drop(true);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("failed to exec in container: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| StreamError::Exec(e.to_string()))?;
     let mut pumps = tokio::task::JoinSet::new();
     let err_sink = if io.tty {
         io.stdout.clone()
@@ -341,11 +373,11 @@ async fn run_command(
 /// Runs a command on a terminal (`tty=true`): its output to the stdout stream, the resize
 /// stream's sizes applied.
 async fn run_on_terminal(
-    cmd: Result<tokio::process::Command, String>,
+    cmd: Result<tokio::process::Command, StreamError>,
     stdin: Option<mpsc::Receiver<Bytes>>,
     stdout: Option<StreamWriter>,
     resize: Option<Stream>,
-) -> Result<i32, String> {
+) -> Result<i32, StreamError> {
     let (rs_tx, rs_rx) = mpsc::channel(8);
     if let Some(mut r) = resize {
         tokio::spawn(async move {
@@ -391,7 +423,7 @@ pub async fn serve_spdy_exec<T>(
     io: T,
     protocol: &'static str,
     opts: CommandOptions,
-    cmd: Result<tokio::process::Command, String>,
+    cmd: Result<tokio::process::Command, StreamError>,
 ) where
     T: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -433,7 +465,7 @@ pub async fn serve_spdy_exec<T>(
     }
     let status = match code {
         Ok(c) => crate::server::exit_status(&opts.command, Some(c), None),
-        Err(e) => crate::server::exit_status(&opts.command, None, Some(e)),
+        Err(e) => crate::server::exit_status(&opts.command, None, Some(e.to_string())),
     };
     if let Some(p) = error_stream_payload(protocol, &status) {
         let _ = error.writer.write(Bytes::from(p)).await;
@@ -653,7 +685,7 @@ pub async fn serve_ws_attach<S>(
 /// output, 3 the final status, 4 resize messages, 255 (v5) the end of stdin.
 pub async fn run_ws_exec_tty<S>(
     ws: tokio_tungstenite::WebSocketStream<S>,
-    cmd: Result<tokio::process::Command, String>,
+    cmd: Result<tokio::process::Command, StreamError>,
     command: Vec<String>,
     want_stdin: bool,
     v5: bool,
@@ -705,7 +737,7 @@ pub async fn run_ws_exec_tty<S>(
     }
     let status = match run.await {
         Ok(Ok(code)) => crate::server::exit_status(&command, Some(code), None),
-        Ok(Err(e)) => crate::server::exit_status(&command, None, Some(e)),
+        Ok(Err(e)) => crate::server::exit_status(&command, None, Some(e.to_string())),
         Err(e) => crate::server::exit_status(&command, None, Some(e.to_string())),
     };
     let mut m = vec![3u8];

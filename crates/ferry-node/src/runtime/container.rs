@@ -567,11 +567,13 @@ pub fn exec_command(
     shared: &PodShared,
     info: &ContainerInfo,
     cmd: &[String],
-) -> Result<tokio::process::Command, String> {
-    let (first, rest) = cmd.split_first().ok_or("no command given")?;
+) -> Result<tokio::process::Command, crate::streaming::StreamError> {
+    let (first, rest) = cmd
+        .split_first()
+        .ok_or(crate::streaming::StreamError::NoCommand)?;
     let netns = shared.netns.load(std::sync::atomic::Ordering::SeqCst);
     let mut c = if shared.isolated || netns {
-        let pid = info.pid.ok_or("container is not running")?;
+        let pid = info.pid.ok_or(crate::streaming::StreamError::NotRunning)?;
         let mut c = tokio::process::Command::new("nsenter");
         c.arg("-t").arg(pid.to_string());
         if shared.isolated {
