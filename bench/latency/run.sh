@@ -48,56 +48,60 @@ if [ "$(id -u)" = 0 ]; then
   # the backends live on 10.250.0.1.
   ip -n "$NS" route add local 10.96.0.0/12 dev lo
   ip -n "$NS" addr add 10.250.0.1/32 dev lo
-  X() { ip netns exec "$NS" "$@"; }
+  # `ip netns exec` execs the command: $! of a background "${X[@]}" is the server itself.
+  X=(ip netns exec "$NS")
 else
   echo "not root: only the DNS part runs (the proxy needs a network namespace)"
   MODES=""
-  X() { "$@"; }
+  X=()
 fi
 
 if [ -n "${DATA:-}" ]; then D="$DATA"; LOADED=1; else D="$WORK/data"; LOADED=0; fi
 KUBECONFIG="$D/kubeconfig"; export KUBECONFIG
 URL="http://127.0.0.1:$PORT"
 
-X "$BIN" apiserver --data-dir "$D" --listen-api "127.0.0.1:$PORT" --plain-http >"$WORK/api.log" 2>&1 &
+"${X[@]}" "$BIN" apiserver --data-dir "$D" --listen-api "127.0.0.1:$PORT" --plain-http >"$WORK/api.log" 2>&1 &
 PIDS+=($!)
 until grep -q "API server ready" "$WORK/api.log" 2>/dev/null && [ -f "$KUBECONFIG" ]; do
   kill -0 "${PIDS[0]}" || { cat "$WORK/api.log"; exit 1; }; sleep 0.2
 done
 TOKEN=$(awk '/token:/ {print $2; exit}' "$KUBECONFIG")
 if [ "$LOADED" = 0 ]; then
-  echo "== loading $SERVICES Services through the API"
-  X nice -n 10 python3 "$ROOT/bench/scale/load.py" "$URL" "$TOKEN" --services "$SERVICES" \
+  echo "== loading $SERVICES Services (1 in 10 headless) and their EndpointSlices through the API"
+  "${X[@]}" nice -n 10 python3 "$ROOT/bench/scale/load.py" "$URL" "$TOKEN" --services "$SERVICES" \
     --headless $((SERVICES / 10)) --pods 0 | sed 's/^/   /'
+  # Every Service gets an endpoint (nothing listens there), so the proxies hold full tables.
+  "${X[@]}" nice -n 10 python3 "$ROOT/bench/latency/driver.py" slices "$URL" "$TOKEN" 10.250.0.2 \
+    --services "$SERVICES" | sed 's/^/   /'
 fi
 
 echo "== ferry dns"
-X "$BIN" dns --kubeconfig "$KUBECONFIG" --listen "127.0.0.1:$DNS_PORT" --metrics-listen "127.0.0.1:$DNS_METRICS" \
+"${X[@]}" "$BIN" dns --kubeconfig "$KUBECONFIG" --listen "127.0.0.1:$DNS_PORT" --metrics-listen "127.0.0.1:$DNS_METRICS" \
   --upstream 127.0.0.1:9 --udp-workers 1 >"$WORK/dns.log" 2>&1 &
 DNS=$!; PIDS+=("$DNS")
-until X curl -sf "http://127.0.0.1:$DNS_METRICS/readyz" >/dev/null; do
+until "${X[@]}" curl -sf "http://127.0.0.1:$DNS_METRICS/readyz" >/dev/null; do
   kill -0 "$DNS" || { cat "$WORK/dns.log"; exit 1; }; sleep 0.1
 done
 
 RESULTS=()
 echo "== $CHANGES changes, ~$GAP ms apart, $SERVICES Services loaded"
-line=$(X python3 "$ROOT/bench/latency/driver.py" dns "$URL" "$TOKEN" "127.0.0.1:$DNS_PORT" --changes "$CHANGES" --gap "$GAP")
+line=$("${X[@]}" python3 "$ROOT/bench/latency/driver.py" dns "$URL" "$TOKEN" "127.0.0.1:$DNS_PORT" --changes "$CHANGES" --gap "$GAP")
 echo "   $line"; RESULTS+=("$line")
 kill "$DNS" 2>/dev/null || true; wait "$DNS" 2>/dev/null || true
 
 base=31000
 for mode in $MODES; do
   echo "== ferry proxy --proxy-mode $mode"
-  X "$BIN" proxy --kubeconfig "$KUBECONFIG" --node-name latency-node --proxy-mode "$mode" \
+  "${X[@]}" "$BIN" proxy --kubeconfig "$KUBECONFIG" --node-name latency-node --proxy-mode "$mode" \
     --healthz-bind-address "127.0.0.1:$PROXY_HEALTH" >"$WORK/proxy-$mode.log" 2>&1 &
   PX=$!; PIDS+=("$PX")
   t0=$(date +%s)
-  until X curl -sf "http://127.0.0.1:$PROXY_HEALTH/healthz" >/dev/null; do
+  until "${X[@]}" curl -sf "http://127.0.0.1:$PROXY_HEALTH/healthz" >/dev/null; do
     kill -0 "$PX" || { tail -20 "$WORK/proxy-$mode.log"; exit 1; }
     [ $(($(date +%s) - t0)) -lt 300 ] || { echo "proxy not healthy after 300 s"; exit 1; }
     sleep 0.2
   done
-  line=$(X python3 "$ROOT/bench/latency/driver.py" proxy "$URL" "$TOKEN" 10.250.0.1 --changes "$CHANGES" \
+  line=$("${X[@]}" python3 "$ROOT/bench/latency/driver.py" proxy "$URL" "$TOKEN" 10.250.0.1 --changes "$CHANGES" \
     --gap "$GAP" --base-port "$base" --label "$mode")
   echo "   $line"; RESULTS+=("$line")
   kill "$PX" 2>/dev/null || echo "   (the proxy had exited: $(grep -m1 -E 'panicked|Error|error' "$WORK/proxy-$mode.log"))"; wait "$PX" 2>/dev/null || true
