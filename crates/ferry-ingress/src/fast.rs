@@ -1045,6 +1045,29 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[tokio::test]
+    async fn a_lazily_rearmed_deadline_expires_at_the_latest_set_time() {
+        use tokio::time::{Duration, Instant};
+        let poll_now = |d: &mut Deadline| {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            d.poll_expired(&mut cx).is_ready()
+        };
+        let start = Instant::now();
+        let mut d = Deadline::new(start + Duration::from_millis(50));
+        // Moved later before the sleep fired: the first expiry is not reported.
+        let later = start + Duration::from_secs(20);
+        d.set(later);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!poll_now(&mut d));
+        assert!(Instant::now() < later);
+        // Moved earlier: reported once that time passed.
+        let soon = Instant::now() + Duration::from_millis(50);
+        d.set(soon);
+        std::future::poll_fn(|cx| d.poll_expired(cx)).await;
+        assert!(Instant::now() >= soon);
+        assert!(poll_now(&mut d));
+    }
+
     fn parse_req(raw: &[u8], f: impl FnOnce(&httparse::Request<'_, '_>)) {
         let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut hs);
