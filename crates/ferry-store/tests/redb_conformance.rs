@@ -326,12 +326,17 @@ async fn store_file_is_private() {
     let file = dir.path().join("data/store.redb");
     let store = RedbStore::open(&file).unwrap();
     store.create("/k", Bytes::from_static(b"v")).await.unwrap();
+    // The write-ahead log holds the same values (Secrets too).
+    let wal = dir.path().join("data/store.redb.wal");
     assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&wal), 0o600);
     assert_eq!(mode(&dir.path().join("data")), 0o700);
     store.close().await;
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&wal, std::fs::Permissions::from_mode(0o644)).unwrap();
     let store = RedbStore::open(&file).unwrap();
     assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&wal), 0o600);
     assert_eq!(
         store.get("/k").await.unwrap().map(|kv| kv.value),
         Some(Bytes::from_static(b"v"))
