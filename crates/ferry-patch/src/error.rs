@@ -2,6 +2,58 @@
 
 use std::fmt;
 
+use serde_json::Value;
+
+/// Apply conflicts: `(manager, field path)` pairs such as `("kubectl-client-side-apply",
+/// ".spec.replicas")`, sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApplyConflicts {
+    pub conflicts: Vec<(String, String)>,
+}
+
+impl ApplyConflicts {
+    /// The `Status` message, as upstream words it.
+    pub fn message(&self) -> String {
+        match self.conflicts.as_slice() {
+            [(m, f)] => format!("Apply failed with 1 conflict: conflict with \"{m}\": {f}"),
+            list => {
+                let mut lines = Vec::new();
+                let mut last: Option<&str> = None;
+                for (m, f) in list {
+                    if last != Some(m.as_str()) {
+                        lines.push(format!("conflicts with \"{m}\":"));
+                        last = Some(m);
+                    }
+                    lines.push(format!("- {f}"));
+                }
+                format!(
+                    "Apply failed with {} conflicts: {}",
+                    list.len(),
+                    lines.join("\n")
+                )
+            }
+        }
+    }
+
+    /// `details.causes` of the 409 `Status`.
+    pub fn causes(&self) -> Vec<Value> {
+        self.conflicts
+            .iter()
+            .map(|(m, f)| {
+                serde_json::json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f})
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Display for ApplyConflicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for ApplyConflicts {}
+
 /// Why a patch could not be applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PatchError {
@@ -14,7 +66,7 @@ pub enum PatchError {
     /// A JSON patch `test` operation failed: `422 Invalid`.
     TestFailed(String),
     /// Server-side apply conflicts with other field managers: `409 Conflict`.
-    Conflict(super::ApplyConflicts),
+    Conflict(ApplyConflicts),
     /// The patch asks for more work than one request may do (more JSON patch operations than
     /// allowed): `413 RequestEntityTooLarge`. The message is upstream's text after its
     /// `Request entity too large: ` prefix, which [`fmt::Display`] adds.
@@ -22,10 +74,12 @@ pub enum PatchError {
 }
 
 impl PatchError {
-    pub(crate) fn bad(msg: impl Into<String>) -> Self {
+    /// A [`PatchError::BadRequest`].
+    pub fn bad(msg: impl Into<String>) -> Self {
         PatchError::BadRequest(msg.into())
     }
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+    /// A [`PatchError::Invalid`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
         PatchError::Invalid(msg.into())
     }
 

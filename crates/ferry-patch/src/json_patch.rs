@@ -9,12 +9,12 @@
 //! 10,000 operations (more is `413 RequestEntityTooLarge`), and at most 3 MiB added by `copy`
 //! operations, counted as the compact JSON length of each copied value (more is `422`,
 //! CVE-2019-1002100: a few dozen self-doubling copies would otherwise need gigabytes).
-//! Operations also may not nest the document deeper than [`crate::decode::MAX_DEPTH`].
+//! Operations also may not nest the document deeper than [`ferry_apimachinery::decode::MAX_DEPTH`].
 
 use serde_json::Value;
 
-use super::PatchError;
-use crate::decode::{MAX_DEPTH, depth, encoded_len_within};
+use crate::PatchError;
+use ferry_apimachinery::decode::{MAX_DEPTH, depth, encoded_len_within};
 
 /// The most operations one JSON patch may hold (kube-apiserver's `maxJSONPatchOperations`).
 pub const MAX_OPERATIONS: usize = 10_000;
@@ -329,7 +329,7 @@ fn remove(doc: &mut Value, path: &[String]) -> Result<Value, ()> {
 }
 
 /// JSON equality where `1` and `1.0` are the same number.
-pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
+pub fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {
             x == y || (x.as_f64().is_some() && x.as_f64() == y.as_f64())

@@ -24,55 +24,7 @@ use super::json_patch::json_eq;
 use super::managed::{Entry, compare, entries, path_filter, set_entries};
 use super::schema::{FieldMeta, TypeRef};
 
-/// Apply conflicts: `(manager, field path)` pairs such as `("kubectl-client-side-apply",
-/// ".spec.replicas")`, sorted.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ApplyConflicts {
-    pub conflicts: Vec<(String, String)>,
-}
-
-impl ApplyConflicts {
-    /// The `Status` message, as upstream words it.
-    pub fn message(&self) -> String {
-        match self.conflicts.as_slice() {
-            [(m, f)] => format!("Apply failed with 1 conflict: conflict with \"{m}\": {f}"),
-            list => {
-                let mut lines = Vec::new();
-                let mut last: Option<&str> = None;
-                for (m, f) in list {
-                    if last != Some(m.as_str()) {
-                        lines.push(format!("conflicts with \"{m}\":"));
-                        last = Some(m);
-                    }
-                    lines.push(format!("- {f}"));
-                }
-                format!(
-                    "Apply failed with {} conflicts: {}",
-                    list.len(),
-                    lines.join("\n")
-                )
-            }
-        }
-    }
-
-    /// `details.causes` of the 409 `Status`.
-    pub fn causes(&self) -> Vec<Value> {
-        self.conflicts
-            .iter()
-            .map(|(m, f)| {
-                serde_json::json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{m}\""), "field": f})
-            })
-            .collect()
-    }
-}
-
-impl std::fmt::Display for ApplyConflicts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message())
-    }
-}
-
-impl std::error::Error for ApplyConflicts {}
+pub use ferry_patch::ApplyConflicts;
 
 /// Applies `applied` (the configuration sent by `manager`) to `live` (`None` when the object does
 /// not exist yet) and returns the new object with its `metadata.managedFields`.

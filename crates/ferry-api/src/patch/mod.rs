@@ -12,15 +12,14 @@
 //! * [`field_meta`] — the `x-kubernetes-*` patch extensions per OpenAPI definition and field,
 //!   for the OpenAPI documents.
 pub mod apply;
-mod error;
 pub mod fieldset;
-pub mod json_patch;
+pub use ferry_patch::json_patch;
 pub mod managed;
-pub mod merge;
+pub use ferry_patch::merge;
 pub mod schema;
 mod schema_table;
 pub mod strategic;
 
 pub use apply::ApplyConflicts;
-pub use error::PatchError;
+pub use ferry_patch::PatchError;
 pub use schema::{FieldMeta, TypeKind, TypeRef, field_meta, root_type};
