@@ -112,7 +112,18 @@ impl PoolHandle {
     }
 
     fn update(&self, pool: &Pool) {
-        Self::set(&mut self.lock(), pool);
+        let mut g = self.lock();
+        // Most pools are unchanged at a sync (a userspace sync hands over the whole table):
+        // compare before cloning anything.
+        let st = &g.state;
+        if st.endpoints == pool.endpoints
+            && st.scheduler == pool.scheduler
+            && st.affinity == pool.affinity
+            && g.proxy_protocol == pool.proxy_protocol
+        {
+            return;
+        }
+        Self::set(&mut g, pool);
     }
 
     fn expire(&self, now: Instant) {
