@@ -129,7 +129,18 @@ pub async fn run(
         reported.retain(|uid, _| seen.contains(uid));
         for p in &all_pods {
             let uid = p.uid().unwrap_or_default();
-            let spec = p.spec.clone().unwrap_or_default();
+            // Stop between pods: a pass over many unschedulable pods writes for each of them.
+            if stop.is_cancelled() {
+                return;
+            }
+            let no_spec;
+            let spec = match p.spec.as_ref() {
+                Some(s) => s,
+                None => {
+                    no_spec = k8s_openapi::api::core::v1::PodSpec::default();
+                    &no_spec
+                }
+            };
             let name_ok = spec
                 .scheduler_name
                 .as_deref()
