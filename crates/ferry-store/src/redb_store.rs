@@ -270,6 +270,7 @@ impl RedbStore {
             max_batch: options.max_batch.max(1),
             wal,
             checkpoint_bytes: options.checkpoint_bytes,
+            stopped: None,
             revision,
             compacted,
         };
@@ -336,6 +337,8 @@ struct Writer {
     /// The write-ahead log (`None`: every batch is a durable redb commit).
     wal: Option<Wal>,
     checkpoint_bytes: u64,
+    /// Set when writing can no longer go on safely: every later write fails with it.
+    stopped: Option<String>,
     /// Last committed revision and compacted revision.
     revision: Revision,
     compacted: Revision,
@@ -379,6 +382,12 @@ impl Writer {
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<Request>) {
+        if let Some(reason) = &self.stopped {
+            for req in batch.drain(..) {
+                let _ = req.reply.send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            return;
+        }
         match self.apply(batch) {
             Ok(applied) => {
                 self.revision = applied.revision;
@@ -434,14 +443,22 @@ impl Writer {
         } else if self.wal.is_some() && applied.compacted == self.compacted {
             // Durable once the log record is synced; redb gets the batch without a sync. The
             // record is synced before the commit, so no reader sees a write that is not durable.
+            set_durability(&mut txn, Durability::None)?;
             let record = std::mem::take(&mut applied.record).finish();
             if let Some(Err(e)) = self.wal.as_mut().map(|wal| wal.append(&record)) {
                 txn.abort().map_err(internal)?;
                 self.wal_failed(&e);
                 return Err(StoreError::Unavailable(format!("write-ahead log: {e}")));
             }
-            set_durability(&mut txn, Durability::None)?;
-            txn.commit().map_err(internal)?;
+            if let Err(e) = txn.commit() {
+                // The log holds the batch already: going on would give its revisions to other
+                // writes, and a replay would then stop at the first of them. Stop writing
+                // (a restart replays the log).
+                let reason = format!("store commit failed after its log append: {e}");
+                tracing::error!("{reason}; refusing further writes");
+                self.stopped = Some(reason.clone());
+                return Err(StoreError::Unavailable(reason));
+            }
         } else {
             // No log, or a compaction (which must not be undone by a replay): a durable commit,
             // which also persists every earlier batch, so the log starts over.
