@@ -493,21 +493,30 @@ impl Writer {
         }
     }
 
-    /// The log could not be written: later batches are durable redb commits instead. The writes
-    /// the log already holds stay in its file for recovery until a durable commit persists them;
-    /// one is attempted at once.
+    /// The log could not be written. Everything acknowledged so far is made durable in redb
+    /// and the log file removed (its last record, of a batch that failed, must never be
+    /// replayed over later writes); later batches are durable redb commits. If either step
+    /// fails, writing stops (the log still holds the acknowledged writes for a restart).
     fn wal_failed(&mut self, e: &std::io::Error) {
-        let path = self.wal.as_ref().map(|w| w.path().display().to_string());
-        tracing::error!(error = %e, wal = ?path, "write-ahead log failed; committing every write durably to redb from now on");
+        let Some(wal) = self.wal.take() else {
+            return;
+        };
+        let path = wal.path().to_path_buf();
+        tracing::error!(error = %e, wal = %path.display(), "write-ahead log failed; committing every write durably to redb from now on");
         let durable = (|| -> Result<()> {
             let mut txn = self.shared.db.begin_write().map_err(internal)?;
             set_durability(&mut txn, Durability::Immediate)?;
             txn.commit().map_err(internal)
         })();
-        if let Err(e) = durable {
-            tracing::error!(error = %e, "durable commit after the write-ahead log failure failed");
+        drop(wal);
+        let outcome = durable.map_err(|e| e.to_string()).and_then(|()| {
+            std::fs::remove_file(&path).map_err(|e| format!("removing {}: {e}", path.display()))
+        });
+        if let Err(why) = outcome {
+            let reason = format!("write-ahead log failed and could not be retired: {why}");
+            tracing::error!("{reason}; refusing further writes");
+            self.stopped = Some(reason);
         }
-        self.wal = None;
     }
 }
 
