@@ -74,6 +74,8 @@ echo "== API server restart: ready in ${API_START} s, RSS ${RSS_RESTART} MiB"
 
 echo "== kube-rs client: list+watch pods, services, endpointslices (pages of 500)"
 t0=$(now); "$SYNC" | sed 's/^/   /'; KUBE_SYNC=$(secs "$t0" "$(now)")
+echo "== kube-rs client: the same with streaming lists (sendInitialEvents watch-list)"
+t0=$(now); STREAMING=1 "$SYNC" | sed 's/^/   /'; KUBE_STREAM=$(secs "$t0" "$(now)")
 RSS_AFTER_CLIENT=$(rss_mib "$API")
 
 echo "== ferry dns --pods verified"
@@ -114,7 +116,8 @@ echo "== against the issue's goals ($PROFILE build of $(cd "$ROOT" && git rev-pa
 goal "API server KiB per object, after load" "$(awk -v r="$RSS_LOADED" -v n="$OBJECTS" 'BEGIN {print r * 1024 / n}')" 2 KiB
 goal "API server KiB per object, after restart" "$(awk -v r="$RSS_RESTART" -v n="$OBJECTS" 'BEGIN {print r * 1024 / n}')" 2 KiB
 goal "API server RSS after restart" "$RSS_RESTART" 400 MiB
-goal "kube-rs client list+watch" "$KUBE_SYNC" 5 s
+goal "kube-rs client list+watch (paged)" "$KUBE_SYNC" 5 s
+goal "kube-rs client list+watch (streaming)" "$KUBE_STREAM" 5 s
 goal "ferry dns start to ready" "$DNS_READY" 5 s
 goal "ferry dns RSS" "$DNS_RSS" 70 MiB
 goal "ferry proxy (nftables dry-run) start to done" "$PROXY_READY" 5 s

@@ -3,7 +3,8 @@
 //! kube-rs's watcher asks by default), and prints the time until all three stores are synced,
 //! the object counts and this process's RSS.
 //!
-//! Usage: `scale_sync` (kubeconfig from $KUBECONFIG).
+//! Usage: `scale_sync` (kubeconfig from $KUBECONFIG); `STREAMING=1` lists with one streaming
+//! watch each (`sendInitialEvents`, kube-rs's `streaming_lists()`) instead of pages.
 
 use std::time::Instant;
 
@@ -39,7 +40,10 @@ where
 {
     let (reader, writer) = reflector::store::<K>();
     let api: Api<K> = Api::all(client);
-    let cfg = watcher::Config::default().page_size(500);
+    let mut cfg = watcher::Config::default().page_size(500);
+    if std::env::var_os("STREAMING").is_some_and(|v| v == "1") {
+        cfg = cfg.streaming_lists();
+    }
     let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream.applied_objects());
