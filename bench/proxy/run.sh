@@ -67,6 +67,9 @@ CFG
   HAVE_HAP=1
 fi
 sleep 2
+for n in "${!PID[@]}"; do
+  kill -0 "${PID[$n]}" 2>/dev/null || { echo "$n did not start (address in use?)"; exit 1; }
+done
 
 load() { taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
 # CPU time (user + system, clock ticks) of a process; 0 for "direct".
@@ -95,8 +98,9 @@ echo "== $SECS s per phase, $ROUNDS rounds, $CONNS load connections, wrk -c$WRK_
 for r in $(seq 1 "$ROUNDS"); do
   for t in "${targets[@]}"; do
     name=${t%%:*}; addr=${t#*:}
-    L=$(load "$addr")
-    W=$(wrk_run "$addr" "${PID[$name]:-}")
+    # A failed phase shows as zeros (and "failed") instead of ending the run.
+    L=$(load "$addr") || L="gbps=0 cps=0 errors=failed"
+    W=$(wrk_run "$addr" "${PID[$name]:-}") || W="0 0 0 failed 0"
     echo "   round $r $name: $L | wrk req/s p50(ms) p99(ms) errors cpu(us/req): $W"
     GB[$name]+="$(val "$L" gbps) "; CPS[$name]+="$(val "$L" cps) "
     read -r rps p50 p99 _ cpu <<<"$W"
