@@ -216,7 +216,9 @@ async fn unauthenticated_exec_is_refused_and_runs_nothing() {
     let (agent, done) = ferry_node::start(args, stop.clone()).await.expect("agent");
     let ep = agent.endpoint;
 
-    let client = ferry_kubeclient::client(Some(&kubeconfig)).await.expect("client");
+    let client = ferry_kubeclient::client(Some(&kubeconfig))
+        .await
+        .expect("client");
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "victim"},

@@ -229,7 +229,10 @@ fn fresh_table_over_netlink_equals_one_nft_transaction() {
     // The table exists: a whole rewrite stays one atomic nft -f transaction.
     let mut again = NftApplier::new(table, Some(&a.0));
     let st = again.sync(inc.state()).unwrap();
-    assert!(st.full && !st.netlink && st.structure == Duration::ZERO, "{st:?}");
+    assert!(
+        st.full && !st.netlink && st.structure == Duration::ZERO,
+        "{st:?}"
+    );
     assert_eq!(listing(&a, table), listing(&b, table));
     split.cleanup().unwrap();
     whole.cleanup().unwrap();

@@ -131,7 +131,10 @@ fn main() {
     // The disk is shared and its latency drifts: the three are measured in turns, `rounds`
     // times, and each figure is the median of its rounds.
     let rounds = env_u64("FERRY_BENCH_ROUNDS", 3) as usize;
-    let modes = [("redb durable commits", false), ("redb + write-ahead log", true)];
+    let modes = [
+        ("redb durable commits", false),
+        ("redb + write-ahead log", true),
+    ];
     let mut floors = Vec::new();
     let mut runs: Vec<(Vec<Figure>, Vec<Figure>)> = vec![(Vec::new(), Vec::new()); modes.len()];
     for round in 0..rounds {

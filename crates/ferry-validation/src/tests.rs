@@ -5,8 +5,8 @@
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use ferry_defaults as defaults;
 use ferry_apimachinery::errors::ErrorList;
+use ferry_defaults as defaults;
 
 fn parse<T: DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("test object decodes")
