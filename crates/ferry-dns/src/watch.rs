@@ -387,11 +387,8 @@ pub fn apply_event<K: Watched>(
     false
 }
 
-/// A watcher that lists with one streaming request (`sendInitialEvents=true`, upstream's
-/// WatchList: the initial objects as watch events, then a bookmark marking their end) instead
-/// of pages of 500, and falls back to paged lists when the server refuses that (400/422:
-/// servers without the feature reject `sendInitialEvents` or `resourceVersionMatch` on a
-/// watch).
+/// A watcher that syncs with one streaming list and falls back to paged lists when the server
+/// refuses it ([`ferry_kubeclient::watch::stream`]).
 pub fn watch_stream<K: Watched>(
     api: Api<K>,
     config: watcher::Config,
@@ -399,43 +396,7 @@ pub fn watch_stream<K: Watched>(
 where
     K::DynamicType: Default,
 {
-    let streaming = watcher::watcher(api.clone(), config.clone().streaming_lists()).boxed();
-    futures::stream::unfold(
-        (streaming, Some((api, config))),
-        |(mut stream, mut fallback)| async move {
-            loop {
-                let item = stream.next().await?;
-                if let Some((api, config)) = &fallback {
-                    match &item {
-                        Err(e) if refuses_streaming(e) => {
-                            tracing::info!(
-                                kind = K::KIND,
-                                "the API server refuses streaming lists, using paged lists: {e}"
-                            );
-                            stream = watcher::watcher(api.clone(), config.clone()).boxed();
-                            fallback = None;
-                            continue;
-                        }
-                        // The server accepted the streaming watch.
-                        Ok(_) => fallback = None,
-                        Err(_) => {}
-                    }
-                }
-                return Some((item, (stream, fallback)));
-            }
-        },
-    )
-    .boxed()
-}
-
-/// Whether a watch error says the server does not serve streaming lists.
-pub fn refuses_streaming(e: &watcher::Error) -> bool {
-    let code = match e {
-        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
-        watcher::Error::WatchError(s) => s.code,
-        _ => return false,
-    };
-    matches!(code, 400 | 422)
+    ferry_kubeclient::watch::stream(api, config, K::KIND)
 }
 
 /// Watches one kind forever, feeding the index. Calls `on_synced` after the first full list.
@@ -739,27 +700,5 @@ mod tests {
         }
         apply_event::<SlimPod>(&shared, &m, &mut relist, Event::InitDone);
         assert_eq!(shared.read().pod_count(), 3);
-    }
-
-    #[test]
-    fn only_a_refused_watch_request_falls_back_to_paged_lists() {
-        let status =
-            |code| Box::new(kube::core::Status::failure("refused", "Invalid").with_code(code));
-        for (code, refused) in [
-            (400, true),
-            (422, true),
-            (403, false),
-            (500, false),
-            (410, false),
-        ] {
-            let start = watcher::Error::WatchStartFailed(kube::Error::Api(status(code)));
-            assert_eq!(refuses_streaming(&start), refused, "start {code}");
-            assert_eq!(
-                refuses_streaming(&watcher::Error::WatchError(status(code))),
-                refused,
-                "event {code}"
-            );
-        }
-        assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
     }
 }

@@ -3,6 +3,8 @@
 //! `--kubeconfig` flag names one, else kube's inference (`$KUBECONFIG`, `~/.kube/config`, then
 //! the in-cluster service account), as client-go's `BuildConfigFromFlags` does.
 
+pub mod watch;
+
 use std::path::{Path, PathBuf};
 
 use kube::config::{InferConfigError, KubeConfigOptions, Kubeconfig, KubeconfigError};

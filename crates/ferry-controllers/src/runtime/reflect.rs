@@ -82,10 +82,8 @@ pub fn slim_meta<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
-/// A watcher that lists with one streaming request (`sendInitialEvents=true`, upstream's
-/// WatchList: the initial objects as watch events, then a bookmark marking their end) instead
-/// of pages, and falls back to paged lists when the server refuses that (400/422: servers
-/// without the feature reject `sendInitialEvents` or `resourceVersionMatch` on a watch).
+/// A watcher that syncs with one streaming list and falls back to paged lists when the server
+/// refuses it ([`ferry_kubeclient::watch::stream`]).
 pub fn watch_stream<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -95,55 +93,7 @@ where
     K::DynamicType: Default,
 {
     let kind = K::kind(&Default::default()).to_string();
-    watch_stream_named(api, config, kind)
-}
-
-/// [`watch_stream`] for kinds known at run time (`kind` names it in logs).
-pub fn watch_stream_named<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    kind: String,
-) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
-where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
-{
-    let streaming = watcher(api.clone(), config.clone().streaming_lists()).boxed();
-    futures::stream::unfold(
-        (streaming, Some((api, config)), kind),
-        |(mut stream, mut fallback, kind)| async move {
-            loop {
-                let item = stream.next().await?;
-                if let Some((api, config)) = &fallback {
-                    match &item {
-                        Err(e) if refuses_streaming(e) => {
-                            tracing::info!(
-                                kind = %kind,
-                                "the API server refuses streaming lists, using paged lists: {e}"
-                            );
-                            stream = watcher(api.clone(), config.clone()).boxed();
-                            fallback = None;
-                            continue;
-                        }
-                        // The server accepted the streaming watch.
-                        Ok(_) => fallback = None,
-                        Err(_) => {}
-                    }
-                }
-                return Some((item, (stream, fallback, kind)));
-            }
-        },
-    )
-    .boxed()
-}
-
-/// Whether a watch error says the server does not serve streaming lists.
-pub fn refuses_streaming(e: &watcher::Error) -> bool {
-    let code = match e {
-        watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code,
-        watcher::Error::WatchError(s) => s.code,
-        _ => return false,
-    };
-    matches!(code, 400 | 422)
+    ferry_kubeclient::watch::stream(api, config, kind)
 }
 
 /// Receives a reflector's changes, and the end of each (re)list.
@@ -199,7 +149,7 @@ where
     let store = reader.clone();
     let kind = K::kind(&dyntype).to_string();
     tokio::spawn(async move {
-        let mut stream = watch_stream_named(api, config, kind.clone())
+        let mut stream = ferry_kubeclient::watch::stream(api, config, kind.clone())
             .modify(slim)
             .default_backoff()
             .boxed();
@@ -278,30 +228,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn status(code: u16) -> Box<kube::core::Status> {
-        Box::new(kube::core::Status::failure("refused", "Invalid").with_code(code))
-    }
-
-    #[test]
-    fn only_a_refused_watch_request_falls_back_to_paged_lists() {
-        for (code, refused) in [
-            (400, true),
-            (422, true),
-            (403, false),
-            (500, false),
-            (410, false),
-        ] {
-            let start = watcher::Error::WatchStartFailed(kube::Error::Api(status(code)));
-            assert_eq!(refuses_streaming(&start), refused, "start {code}");
-            let event = watcher::Error::WatchError(status(code));
-            assert_eq!(refuses_streaming(&event), refused, "event {code}");
-        }
-        assert!(!refuses_streaming(&watcher::Error::NoResourceVersion));
-        assert!(!refuses_streaming(&watcher::Error::InitialListFailed(
-            kube::Error::Api(status(422))
-        )));
-    }
 
     #[test]
     fn slim_meta_drops_managed_fields_only() {
