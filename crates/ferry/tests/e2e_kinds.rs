@@ -437,8 +437,13 @@ fn jobs_cronjob_gc_and_namespace_deletion() {
             .kubectl(&["get", "namespace", "batch"])
             .status
             .success()),
-        "namespace batch was not removed:\n{}",
-        f.k("kubectl", &["get", "all", "-n", "batch"])
+        "namespace batch was not removed:\n{}\n{}\n{}",
+        f.k("kubectl", &["get", "all", "-n", "batch"]),
+        f.k(
+            "kubectl",
+            &["get", "pods,jobs", "-n", "batch", "-o", "yaml"]
+        ),
+        f.k("kubectl", &["get", "namespace", "batch", "-o", "yaml"])
     );
 }
 

@@ -245,7 +245,7 @@ fn a_taken_dns_port_stops_ferry_up_naming_it() {
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let (svc, pods) = common::ranges_for(59);
+    let (svc, pods) = common::ranges_for(common::RESERVED_RANGE);
     let mut child = Command::new(env!("CARGO_BIN_EXE_ferry"))
         .args(["up", "--data-dir"])
         .arg(dir.path())

@@ -29,9 +29,14 @@ pub fn ranges_for(n: u32) -> (String, String) {
     )
 }
 
+/// Range 59 is kept for tests that start `ferry up` themselves ([`RESERVED_RANGE`]): the
+/// harness's instances take 0..59, so the two never share Service addresses (a shared kube-dns
+/// address made one instance fail to bind its DNS port).
+pub const RESERVED_RANGE: u32 = 59;
+
 fn next_ranges() -> (String, String) {
     let k = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    ranges_for((k + std::process::id()) % 60)
+    ranges_for((k + std::process::id()) % RESERVED_RANGE)
 }
 
 /// The kube-dns address of a Service range (its tenth address).
