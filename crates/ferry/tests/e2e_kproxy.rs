@@ -306,9 +306,29 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // SIGTERM first: `ferry up` stops its pods and removes its namespaces; SIGKILL only if
+        // it does not exit in time (pod processes would outlive it).
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            if !eventually(40, || matches!(c.try_wait(), Ok(Some(_)))) {
+                let _ = c.kill();
+            }
             let _ = c.wait();
+        }
+        // Whatever still names this cluster's data directory (a pod of a killed agent).
+        let needle = self.dir.path().display().to_string();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            if pid != std::process::id() && String::from_utf8_lossy(&cmd).contains(&needle) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
         }
         let names: Vec<String> = std::fs::read_dir("/run/netns")
             .map(|d| {

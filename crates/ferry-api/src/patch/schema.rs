@@ -495,12 +495,4 @@ mod tests {
             "list fields without metadata: {missing:#?}"
         );
     }
-
-    #[test]
-    #[ignore = "helper: prints the reachable definitions"]
-    fn dump_definitions() {
-        for d in definitions() {
-            println!("{d}");
-        }
-    }
 }
