@@ -15,6 +15,7 @@ use crate::names::is_dns1123_subdomain;
 use crate::validation::{
     validate_label_selector, validate_object_meta, validate_object_meta_update,
 };
+use ferry_printers::columns::{AGE as CREATED, col};
 
 pub const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -363,23 +364,6 @@ pub fn validate_cluster_role_binding(
 }
 
 // ---- printing ----
-
-const CREATED: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
-
-fn col(
-    name: &'static str,
-    type_: &'static str,
-    description: &'static str,
-    priority: i32,
-) -> Column {
-    Column {
-        name,
-        type_,
-        format: "",
-        description,
-        priority,
-    }
-}
 
 pub fn role_columns() -> Vec<Column> {
     vec![Column::name_column(), col("Created At", "date", CREATED, 0)]

@@ -16,6 +16,7 @@ use crate::kinds::{Column, Hooks, KindInfo, StatusOnCreate, Typed};
 use crate::printers::duration::{human_duration, since};
 use crate::selectors::{format_label_selector, format_labels};
 use crate::validation::workloads as v;
+use ferry_printers::columns::{AGE, CONTAINERS, IMAGES, col};
 
 /// Legacy and current Job labels (upstream `batch.LegacyJobNameLabel` ...).
 pub const LEGACY_JOB_NAME_LABEL: &str = "job-name";
@@ -390,25 +391,6 @@ fn container_cells(template: &core::PodTemplateSpec) -> (String, String) {
         .collect::<Vec<_>>()
         .join(",");
     (names, images)
-}
-
-const AGE: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
-const CONTAINERS: &str = "Names of each container in the template.";
-const IMAGES: &str = "Images referenced by each container in the template.";
-
-const fn col(
-    name: &'static str,
-    type_: &'static str,
-    description: &'static str,
-    priority: i32,
-) -> Column {
-    Column {
-        name,
-        type_,
-        format: "",
-        description,
-        priority,
-    }
 }
 
 pub fn stateful_set_columns() -> Vec<Column> {

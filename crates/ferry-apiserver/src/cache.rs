@@ -414,14 +414,7 @@ impl ResourceCache {
         &self,
         prefix: &str,
     ) -> (Vec<Arc<CachedObject>>, broadcast::Receiver<Arc<CacheEvent>>) {
-        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
-        let live = self.events.subscribe();
-        let items = st
-            .items
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v.clone())
-            .collect();
+        let (items, live, _) = self.snapshot_at(prefix, || 0);
         (items, live)
     }
 

@@ -943,11 +943,13 @@ pub fn events_event_at(obj: &events::Event, now: Timestamp) -> Vec<Value> {
 pub mod columns {
     use crate::Column;
 
-    const AGE: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
-    const CONTAINERS: &str = "Names of each container in the template.";
-    const IMAGES: &str = "Images referenced by each container in the template.";
+    /// The description of every `Age` column (upstream's `creationTimestamp` field doc).
+    pub const AGE: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+    pub const CONTAINERS: &str = "Names of each container in the template.";
+    pub const IMAGES: &str = "Images referenced by each container in the template.";
 
-    const fn col(
+    /// A column of `format` "" (every server-side column but `Name`).
+    pub const fn col(
         name: &'static str,
         type_: &'static str,
         description: &'static str,
