@@ -89,11 +89,11 @@ impl Reconciler for Deployments {
 }
 
 fn rs_selects(rs: &ReplicaSet, labels: &BTreeMap<String, String>) -> bool {
-    selector_matches(&rs.spec.selector, labels)
+    crate::workloads2::common::selects(&rs.spec.selector, labels)
 }
 
 fn deployment_selects(d: &Deployment, labels: &BTreeMap<String, String>) -> bool {
-    selector_matches(&d.spec.selector, labels)
+    crate::workloads2::common::selects(&d.spec.selector, labels)
 }
 
 pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
@@ -287,16 +287,6 @@ fn rv(meta: &ObjectMeta) -> u64 {
         .unwrap_or(0)
 }
 
-fn selector_matches(
-    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    match ferry_api::selectors::from_label_selector(sel) {
-        Ok(s) => !s.is_empty() && s.matches(labels),
-        Err(_) => false,
-    }
-}
-
 /// The template without the `pod-template-hash` label, for comparison.
 fn template_sans_hash(t: Option<&PodTemplateSpec>) -> Value {
     let mut v = serde_json::to_value(t).unwrap_or(Value::Null);
@@ -461,7 +451,7 @@ impl Workloads {
         let active: Vec<Arc<Pod>> = claim_all(
             &pods_api,
             rs,
-            |p: &Pod| selector_matches(&spec.selector, p.labels()),
+            |p: &Pod| crate::workloads2::common::selects(&spec.selector, p.labels()),
             candidates,
         )
         .await;
@@ -690,7 +680,7 @@ impl Workloads {
         let claimed = claim_all(
             &rs_api,
             d,
-            |r: &ReplicaSet| selector_matches(&spec.selector, r.labels()),
+            |r: &ReplicaSet| crate::workloads2::common::selects(&spec.selector, r.labels()),
             candidates,
         )
         .await;
