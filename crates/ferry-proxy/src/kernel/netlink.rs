@@ -336,6 +336,19 @@ pub struct NlSocket {
 }
 
 impl NlSocket {
+    /// One datagram of answers; a receive timeout means the kernel did not acknowledge.
+    fn recv(&self, buf: &mut [u8]) -> Result<usize, NlError> {
+        rustix::net::recv(&self.fd, buf, rustix::net::RecvFlags::empty())
+            .map(|(n, _)| n)
+            .map_err(|e| {
+                if e == rustix::io::Errno::AGAIN {
+                    NlError::NoAck
+                } else {
+                    NlError::Io(e.into())
+                }
+            })
+    }
+
     /// Opens the socket in the namespace `netns` (`/run/netns/NAME`), or in the current one.
     /// The socket stays in that namespace for its life.
     pub fn open(netns: Option<&str>) -> Result<NlSocket, NlError> {
@@ -397,15 +410,7 @@ impl NlSocket {
         let mut rbuf = vec![0u8; 64 * 1024];
         let mut seen = false;
         loop {
-            let (n, _) =
-                rustix::net::recv(&self.fd, &mut rbuf[..], rustix::net::RecvFlags::empty())
-                    .map_err(|e| {
-                        if e == rustix::io::Errno::AGAIN {
-                            NlError::NoAck
-                        } else {
-                            NlError::Io(e.into())
-                        }
-                    })?;
+            let n = self.recv(&mut rbuf)?;
             for (ty, s, code) in messages(&rbuf[..n]) {
                 if s != seq {
                     continue;
@@ -454,15 +459,7 @@ impl NlSocket {
         let mut got = 0u32;
         let mut rbuf = vec![0u8; 64 * 1024];
         while got < acks {
-            let (n, _) =
-                rustix::net::recv(&self.fd, &mut rbuf[..], rustix::net::RecvFlags::empty())
-                    .map_err(|e| {
-                        if e == rustix::io::Errno::AGAIN {
-                            NlError::NoAck
-                        } else {
-                            NlError::Io(e.into())
-                        }
-                    })?;
+            let n = self.recv(&mut rbuf)?;
             let mut off = 0usize;
             while off + 16 <= n {
                 let len =
