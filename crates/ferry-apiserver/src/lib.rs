@@ -185,7 +185,9 @@ pub async fn start(
     } else {
         Some(auth::certs::server_config(&pki)?)
     };
-    let done = tokio::spawn(server::serve(
+    // Once the server has drained, the store stops cleanly (redb: everything in the database
+    // file, no write-ahead log left to replay at the next start).
+    let serve = server::serve(
         server.clone(),
         listener,
         tls,
@@ -202,7 +204,17 @@ pub async fn start(
             },
         ),
         shutdown.clone(),
-    ));
+    );
+    let done = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            serve.await;
+            match store.shutdown().await {
+                Ok(()) => tracing::info!("store shut down cleanly"),
+                Err(e) => tracing::warn!("store shutdown: {e}"),
+            }
+        })
+    };
     bootstrap(&server.api).await?;
     bootstrap_identity(&server.api, &pki.ca_pem).await?;
     auth::bootstrap_policy(&server.api).await?;

@@ -797,6 +797,70 @@ pub async fn oversized_value_refused(store: Arc<dyn Store>) {
     assert_eq!(store.get(key).await.expect("get"), Some(kv));
 }
 
+/// `shutdown` lets the writes already submitted finish, then refuses writes (`Unavailable`,
+/// nothing written) while reads and watches go on; calling it again is `Ok`.
+pub async fn shutdown_is_clean(store: Arc<dyn Store>) {
+    let p = "/conformance/shutdown/";
+    let mut w = store.watch(p, 0).await.expect("watch");
+    let kept = store
+        .create(&format!("{p}kept"), b("v"))
+        .await
+        .expect("create");
+    // Writes racing the shutdown: each either succeeds (and stays) or is refused.
+    let racing: Vec<_> = (0..20)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.create(&format!("{p}race-{i:02}"), b("r")).await })
+        })
+        .collect();
+    store.shutdown().await.expect("shutdown");
+    let mut won = Vec::new();
+    for (i, t) in racing.into_iter().enumerate() {
+        match t.await.expect("task") {
+            Ok(kv) => won.push(kv),
+            Err(StoreError::Unavailable(_)) => {
+                let key = format!("{p}race-{i:02}");
+                assert_eq!(store.get(&key).await.expect("get"), None, "{key}");
+            }
+            Err(e) => panic!("write racing the shutdown: {e}"),
+        }
+    }
+    let rev = store.current_revision().await.expect("revision");
+    // Refused after: create, update, delete; nothing changes.
+    assert!(matches!(
+        store.create(&format!("{p}late"), b("x")).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.update(&kept.key, b("w"), kept.mod_revision).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.delete(&kept.key, None).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    store.shutdown().await.expect("second shutdown");
+    assert_eq!(store.current_revision().await.expect("revision"), rev);
+    // Reads still work and show exactly what was acknowledged.
+    assert_eq!(store.get(&kept.key).await.expect("get"), Some(kept.clone()));
+    let listed = store
+        .range(p, RangeOptions::default())
+        .await
+        .expect("range");
+    let mut want: Vec<KeyValue> = std::iter::once(kept.clone()).chain(won).collect();
+    want.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(listed.kvs, want);
+    // The watch saw every acknowledged write, and nothing else.
+    let events = next_events(&mut w, want.len()).await;
+    let mut seen: Vec<String> = events.iter().map(|e| e.key().to_owned()).collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        want.iter().map(|kv| kv.key.clone()).collect::<Vec<_>>()
+    );
+    assert_quiet(&mut w).await;
+}
+
 /// Runs every case, each against a fresh store from `make`.
 pub async fn run_all<H, F, Fut>(make: F)
 where
@@ -829,7 +893,8 @@ where
         compacted_revision_too_old,
         concurrent_create_one_wins,
         thousand_concurrent_writers,
-        oversized_value_refused
+        oversized_value_refused,
+        shutdown_is_clean
     );
 }
 
@@ -859,6 +924,7 @@ macro_rules! conformance_tests {
             concurrent_create_one_wins,
             thousand_concurrent_writers,
             oversized_value_refused,
+            shutdown_is_clean,
         );
     };
 }

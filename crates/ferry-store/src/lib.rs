@@ -164,4 +164,11 @@ pub trait Store: Send + Sync + 'static {
     async fn compact(&self, revision: Revision) -> Result<()>;
     /// The oldest revision still available for watch and range-at-revision.
     async fn compacted_revision(&self) -> Result<Revision>;
+    /// A clean stop, for when the server has drained: finishes the writes already submitted,
+    /// leaves everything durable in the backend's own files (redb: a durable commit and no
+    /// write-ahead log left to replay) and refuses later writes with
+    /// [`StoreError::Unavailable`]. Reads and watches keep working. Idempotent: later calls
+    /// return `Ok` at once. An `Err` means the stop was not clean (what the store holds is
+    /// still durable: a restart recovers it).
+    async fn shutdown(&self) -> Result<()>;
 }

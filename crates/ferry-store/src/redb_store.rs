@@ -62,7 +62,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::codec::{decode_event, decode_kv, encode_event, encode_kv, event_key};
-use crate::wal::{self, RecordBuilder, Wal};
+use crate::wal::{self, LogFile, RecordBuilder, Wal};
 use crate::{
     Event, KeyValue, RangeOptions, RangeResult, Result, Revision, Store, StoreError, WatchStream,
 };
@@ -128,7 +128,7 @@ struct Shared {
 /// the writer thread once queued writes are done.
 pub struct RedbStore {
     shared: Arc<Shared>,
-    writes: mpsc::Sender<Request>,
+    writes: mpsc::Sender<Msg>,
     events: broadcast::Sender<Batch>,
     path: PathBuf,
     /// Fires when the writer thread has stopped and released its database handle.
@@ -175,6 +175,17 @@ struct Request {
     reply: oneshot::Sender<Result<Reply>>,
 }
 
+/// What the writer thread is asked to do, in order.
+enum Msg {
+    Write(Request),
+    /// Finish the writes queued before, make everything durable in redb, retire the log and
+    /// refuse later writes.
+    Shutdown(oneshot::Sender<Result<()>>),
+}
+
+/// Wraps the write-ahead log's file (see [`RedbStore::open_inner`]).
+pub(crate) type WrapLogFile = Box<dyn FnOnce(Box<dyn LogFile>) -> Box<dyn LogFile> + Send>;
+
 fn internal(e: impl Into<redb::Error>) -> StoreError {
     StoreError::Internal(e.into().to_string())
 }
@@ -194,6 +205,16 @@ impl RedbStore {
 
     /// [`RedbStore::open`] with explicit options.
     pub fn open_with(path: &Path, options: RedbOptions) -> Result<RedbStore> {
+        Self::open_inner(path, options, None)
+    }
+
+    /// [`RedbStore::open_with`], the write-ahead log writing through `wrap(file)` if given
+    /// (tests put a file that fails on demand there).
+    pub(crate) fn open_inner(
+        path: &Path,
+        options: RedbOptions,
+        wrap: Option<WrapLogFile>,
+    ) -> Result<RedbStore> {
         let file = if path.is_dir() {
             path.join(DEFAULT_FILE_NAME)
         } else {
@@ -239,9 +260,13 @@ impl RedbStore {
         let wal_path = Wal::path_for(&file);
         let revision = recover(&db, &wal_path, revision)?;
         let wal = if options.write_ahead_log {
-            Some(Wal::open(&wal_path).map_err(|e| {
+            let wal = Wal::open(&wal_path).map_err(|e| {
                 StoreError::Unavailable(format!("opening {}: {e}", wal_path.display()))
-            })?)
+            })?;
+            Some(match wrap {
+                Some(wrap) => wal.wrap_file(wrap),
+                None => wal,
+            })
         } else {
             match std::fs::remove_file(&wal_path) {
                 Ok(()) => {}
@@ -271,6 +296,7 @@ impl RedbStore {
             wal,
             checkpoint_bytes: options.checkpoint_bytes,
             stopped: None,
+            shut_down: false,
             revision,
             compacted,
         };
@@ -291,8 +317,9 @@ impl RedbStore {
         })
     }
 
-    /// Finishes the queued writes and closes the database. The file can be opened again once
-    /// this returns and every watch stream of this store has been dropped.
+    /// Finishes the queued writes and closes the database, leaving everything in the database
+    /// file (as [`Store::shutdown`] does). The file can be opened again once this returns and
+    /// every watch stream of this store has been dropped.
     pub async fn close(self) {
         let RedbStore {
             shared,
@@ -313,7 +340,7 @@ impl RedbStore {
     async fn submit(&self, op: Op) -> Result<Reply> {
         let (reply, rx) = oneshot::channel();
         self.writes
-            .send(Request { op, reply })
+            .send(Msg::Write(Request { op, reply }))
             .await
             .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?;
         rx.await
@@ -337,8 +364,11 @@ struct Writer {
     /// The write-ahead log (`None`: every batch is a durable redb commit).
     wal: Option<Wal>,
     checkpoint_bytes: u64,
-    /// Set when writing can no longer go on safely: every later write fails with it.
+    /// Set when writing can no longer go on safely, or after a shutdown: every later write
+    /// fails with it.
     stopped: Option<String>,
+    /// A shutdown completed (everything durable in redb, the log retired).
+    shut_down: bool,
     /// Last committed revision and compacted revision.
     revision: Revision,
     compacted: Revision,
@@ -357,28 +387,67 @@ struct Applied {
 impl Writer {
     /// Runs until every sender is gone; consumes the writer so that its database handle is
     /// released when this returns.
-    fn run(mut self, mut rx: mpsc::Receiver<Request>) {
+    fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
         let mut batch = Vec::with_capacity(self.max_batch);
         while let Some(first) = rx.blocking_recv() {
-            batch.push(first);
-            while batch.len() < self.max_batch {
+            // The writes queued before a shutdown request are one batch; the shutdown follows.
+            let mut shutdown = None;
+            match first {
+                Msg::Write(r) => batch.push(r),
+                Msg::Shutdown(reply) => shutdown = Some(reply),
+            }
+            while shutdown.is_none() && batch.len() < self.max_batch {
                 match rx.try_recv() {
-                    Ok(r) => batch.push(r),
+                    Ok(Msg::Write(r)) => batch.push(r),
+                    Ok(Msg::Shutdown(reply)) => shutdown = Some(reply),
                     Err(_) => break,
                 }
             }
-            self.commit_batch(&mut batch);
-            if self
-                .wal
-                .as_ref()
-                .is_some_and(|w| w.len() >= self.checkpoint_bytes)
-            {
-                self.checkpoint();
+            if !batch.is_empty() {
+                self.commit_batch(&mut batch);
+                if self
+                    .wal
+                    .as_ref()
+                    .is_some_and(|w| w.len() >= self.checkpoint_bytes)
+                    && let Err(e) = self.checkpoint()
+                {
+                    tracing::warn!(error = %e, "store checkpoint failed; the write-ahead log keeps the writes");
+                }
+            }
+            if let Some(reply) = shutdown {
+                let _ = reply.send(self.shut_down());
             }
         }
         // A clean stop leaves everything in redb.
-        self.checkpoint();
+        if let Err(e) = self.shut_down() {
+            tracing::warn!(error = %e, "store did not stop cleanly");
+        }
         tracing::debug!("store writer stopped");
+    }
+
+    /// Makes everything durable in redb, retires the log and refuses later writes. Idempotent.
+    /// Fails (and keeps the log, which a restart replays) if the durable commit fails or
+    /// writing had already stopped on an error.
+    fn shut_down(&mut self) -> Result<()> {
+        if self.shut_down {
+            return Ok(());
+        }
+        if let Some(reason) = &self.stopped {
+            return Err(StoreError::Unavailable(reason.clone()));
+        }
+        self.checkpoint()?;
+        if let Some(wal) = self.wal.take() {
+            let path = wal.path().to_path_buf();
+            // Every record is durable in redb now: a log left behind only costs a read at the
+            // next start (nothing in it continues the durable revision).
+            if let Err(e) = wal.retire() {
+                tracing::warn!(error = %e, wal = %path.display(), "removing the write-ahead log");
+            }
+        }
+        self.shut_down = true;
+        self.stopped = Some("store is shut down".into());
+        tracing::debug!(revision = self.revision, "store shut down");
+        Ok(())
     }
 
     fn commit_batch(&mut self, batch: &mut Vec<Request>) {
@@ -473,24 +542,18 @@ impl Writer {
 
     /// Persists every batch committed without durability (a durable redb commit) and starts the
     /// log over. On failure the log keeps its records (they are still durable there).
-    fn checkpoint(&mut self) {
+    fn checkpoint(&mut self) -> Result<()> {
         let Some(wal) = self.wal.as_mut() else {
-            return;
+            return Ok(());
         };
         if wal.len() == 0 {
-            return;
+            return Ok(());
         }
-        let durable = (|| -> Result<()> {
-            let mut txn = self.shared.db.begin_write().map_err(internal)?;
-            set_durability(&mut txn, Durability::Immediate)?;
-            txn.commit().map_err(internal)
-        })();
-        match durable {
-            Ok(()) => wal.restart(),
-            Err(e) => {
-                tracing::warn!(error = %e, "store checkpoint failed; the write-ahead log keeps the writes")
-            }
-        }
+        let mut txn = self.shared.db.begin_write().map_err(internal)?;
+        set_durability(&mut txn, Durability::Immediate)?;
+        txn.commit().map_err(internal)?;
+        wal.restart();
+        Ok(())
     }
 
     /// The log could not be written. Everything acknowledged so far is made durable in redb
@@ -508,9 +571,9 @@ impl Writer {
             set_durability(&mut txn, Durability::Immediate)?;
             txn.commit().map_err(internal)
         })();
-        drop(wal);
         let outcome = durable.map_err(|e| e.to_string()).and_then(|()| {
-            std::fs::remove_file(&path).map_err(|e| format!("removing {}: {e}", path.display()))
+            wal.retire()
+                .map_err(|e| format!("removing {}: {e}", path.display()))
         });
         if let Err(why) = outcome {
             let reason = format!("write-ahead log failed and could not be retired: {why}");
@@ -993,5 +1056,261 @@ impl Store for RedbStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         Ok(self.shared.compacted.load(Ordering::Acquire))
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.writes
+            .send(Msg::Shutdown(reply))
+            .await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("store writer stopped".into()))?
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use std::sync::atomic::AtomicU8;
+
+    /// The log file's failure switch.
+    const OK: u8 = 0;
+    const FAIL_WRITE: u8 = 1;
+    const FAIL_SYNC: u8 = 2;
+
+    /// A log file that fails its writes or syncs (ENOSPC / EIO) while the switch says so.
+    #[derive(Debug)]
+    struct Faulty {
+        inner: Box<dyn LogFile>,
+        mode: Arc<AtomicU8>,
+    }
+
+    impl LogFile for Faulty {
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if self.mode.load(Ordering::Acquire) == FAIL_WRITE {
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            self.inner.write_all_at(buf, offset)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            if self.mode.load(Ordering::Acquire) == FAIL_SYNC {
+                return Err(std::io::Error::from_raw_os_error(5)); // EIO
+            }
+            self.inner.sync_data()
+        }
+    }
+
+    fn open_faulty(dir: &Path) -> (RedbStore, Arc<AtomicU8>) {
+        let mode = Arc::new(AtomicU8::new(OK));
+        let m = mode.clone();
+        let wrap: WrapLogFile = Box::new(move |inner| Box::new(Faulty { inner, mode: m }));
+        let store = RedbStore::open_inner(dir, RedbOptions::default(), Some(wrap)).unwrap();
+        (store, mode)
+    }
+
+    fn b(s: &str) -> Bytes {
+        Bytes::copy_from_slice(s.as_bytes())
+    }
+
+    /// Opens a copy of the database file alone (what a crash would leave if the log were
+    /// lost): the state redb holds durably.
+    async fn durable_in_redb(dir: &Path) -> (Revision, Vec<String>) {
+        let copy = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            dir.join(DEFAULT_FILE_NAME),
+            copy.path().join(DEFAULT_FILE_NAME),
+        )
+        .unwrap();
+        let s = RedbStore::open(copy.path()).unwrap();
+        let rev = s.current_revision().await.unwrap();
+        let keys = s
+            .range("/", RangeOptions::default())
+            .await
+            .unwrap()
+            .kvs
+            .into_iter()
+            .map(|kv| kv.key)
+            .collect();
+        s.close().await;
+        (rev, keys)
+    }
+
+    /// A failed log append (the write of the record, or its sync): every write of the batch
+    /// fails with a clear `Unavailable`, nothing of it is visible or watched, everything
+    /// acknowledged before is made durable in redb, the log is removed, and later writes are
+    /// durable redb commits that continue the revisions without a gap; after a restart the
+    /// store holds exactly the acknowledged writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failed_log_append_retires_the_log_and_goes_on_durably() {
+        for (name, fault) in [("write", FAIL_WRITE), ("sync", FAIL_SYNC)] {
+            let dir = tempfile::tempdir().unwrap();
+            let wal_path = dir.path().join("ferry.redb.wal");
+            let (store, mode) = open_faulty(dir.path());
+            let store = Arc::new(store);
+            let a = store.create("/f/a", b("1")).await.unwrap();
+            let a2 = store.update("/f/a", b("2"), a.mod_revision).await.unwrap();
+            assert!(wal_path.exists(), "{name}");
+            let mut w = store.watch("/f/", a2.mod_revision).await.unwrap();
+
+            mode.store(fault, Ordering::Release);
+            let failed: Vec<_> = (0..8)
+                .map(|i| {
+                    let store = store.clone();
+                    tokio::spawn(async move { store.create(&format!("/f/lost-{i}"), b("x")).await })
+                })
+                .collect();
+            for t in failed {
+                match t.await.unwrap() {
+                    Err(StoreError::Unavailable(msg)) => {
+                        assert!(msg.starts_with("write-ahead log: "), "{name}: {msg}")
+                    }
+                    // Queued behind the failed batch: written durably to redb instead.
+                    Ok(kv) => assert!(kv.mod_revision > a2.mod_revision, "{name}"),
+                    Err(e) => panic!("{name}: {e}"),
+                }
+            }
+            mode.store(OK, Ordering::Release);
+            assert!(!wal_path.exists(), "{name}: the log is retired");
+            // Everything acknowledged before the failure is durable in redb alone.
+            let (rev, keys) = durable_in_redb(dir.path()).await;
+            assert!(rev >= a2.mod_revision, "{name}");
+            assert!(keys.contains(&"/f/a".to_string()), "{name}");
+
+            // Writes go on, as durable redb commits, continuing the revisions.
+            let before = store.current_revision().await.unwrap();
+            let c = store.create("/f/c", b("3")).await.unwrap();
+            assert_eq!(c.mod_revision, before + 1, "{name}");
+            assert!(!wal_path.exists(), "{name}");
+            let (rev, keys) = durable_in_redb(dir.path()).await;
+            assert_eq!(rev, c.mod_revision, "{name}");
+            assert!(keys.contains(&"/f/c".to_string()), "{name}");
+
+            // The watch saw the acknowledged writes only, in order, without a gap.
+            let listed = store.range("/f/", RangeOptions::default()).await.unwrap();
+            let acked: Vec<_> = listed
+                .kvs
+                .iter()
+                .filter(|kv| kv.mod_revision > a2.mod_revision)
+                .map(|kv| kv.mod_revision)
+                .collect();
+            let mut watched = Vec::new();
+            while watched.len() < acked.len() {
+                let e = tokio::time::timeout(std::time::Duration::from_secs(10), w.next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                watched.push(e.revision());
+            }
+            let mut sorted = acked.clone();
+            sorted.sort();
+            assert_eq!(watched, sorted, "{name}");
+            assert_eq!(
+                watched,
+                ((a2.mod_revision + 1)..=c.mod_revision).collect::<Vec<_>>(),
+                "{name}"
+            );
+
+            drop(w);
+            Arc::into_inner(store).unwrap().close().await;
+            let again = RedbStore::open(dir.path()).unwrap();
+            assert_eq!(again.current_revision().await.unwrap(), c.mod_revision);
+            assert_eq!(again.get("/f/a").await.unwrap(), Some(a2.clone()));
+            assert_eq!(again.get("/f/c").await.unwrap(), Some(c));
+            again.close().await;
+        }
+    }
+
+    /// A failed log append whose log cannot be retired (here: its path is a directory by then,
+    /// so removing it fails): the batch fails, and every later write is refused with the
+    /// reason, as is a clean shutdown; what was acknowledged is durable and comes back after a
+    /// restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unretirable_log_stops_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal_path = dir.path().join("ferry.redb.wal");
+        let (store, mode) = open_faulty(dir.path());
+        let a = store.create("/g/a", b("1")).await.unwrap();
+        std::fs::remove_file(&wal_path).unwrap();
+        std::fs::create_dir(&wal_path).unwrap();
+        std::fs::write(wal_path.join("keep"), b"x").unwrap();
+
+        mode.store(FAIL_SYNC, Ordering::Release);
+        match store.create("/g/lost", b("x")).await {
+            Err(StoreError::Unavailable(msg)) => assert!(msg.starts_with("write-ahead log: ")),
+            other => panic!("{other:?}"),
+        }
+        mode.store(OK, Ordering::Release);
+        for _ in 0..2 {
+            match store.create("/g/later", b("y")).await {
+                Err(StoreError::Unavailable(msg)) => {
+                    assert!(msg.contains("could not be retired"), "{msg}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        match store.delete("/g/a", None).await {
+            Err(StoreError::Unavailable(_)) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            store.shutdown().await,
+            Err(StoreError::Unavailable(_))
+        ));
+        assert_eq!(store.current_revision().await.unwrap(), a.mod_revision);
+        assert_eq!(store.get("/g/lost").await.unwrap(), None);
+        store.close().await;
+
+        std::fs::remove_dir_all(&wal_path).unwrap();
+        let again = RedbStore::open(dir.path()).unwrap();
+        assert_eq!(again.current_revision().await.unwrap(), a.mod_revision);
+        assert_eq!(again.get("/g/a").await.unwrap(), Some(a));
+        assert_eq!(again.get("/g/lost").await.unwrap(), None);
+        again.close().await;
+    }
+
+    /// The writer's shutdown: idempotent, makes the log's writes durable in redb and removes
+    /// the log; with the log off it only refuses later writes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_checkpoints_and_removes_the_log() {
+        for write_ahead_log in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let wal_path = dir.path().join("ferry.redb.wal");
+            let options = RedbOptions {
+                write_ahead_log,
+                ..Default::default()
+            };
+            let store = RedbStore::open_with(dir.path(), options).unwrap();
+            let mut last = None;
+            for i in 0..100 {
+                last = Some(store.create(&format!("/s/{i:03}"), b("v")).await.unwrap());
+            }
+            let last = last.unwrap();
+            assert_eq!(wal_path.exists(), write_ahead_log);
+            store.shutdown().await.unwrap();
+            assert!(!wal_path.exists());
+            // redb alone holds everything.
+            let (rev, keys) = durable_in_redb(dir.path()).await;
+            assert_eq!(rev, last.mod_revision);
+            assert_eq!(keys.len(), 100);
+            store.shutdown().await.unwrap();
+            assert!(matches!(
+                store.create("/s/late", b("x")).await,
+                Err(StoreError::Unavailable(m)) if m == "store is shut down"
+            ));
+            store.close().await;
+            assert!(!wal_path.exists());
+            // Closing (or dropping the last handle) without a shutdown stops cleanly too.
+            let store = RedbStore::open_with(dir.path(), RedbOptions::default()).unwrap();
+            let more = store.create("/s/more", b("v")).await.unwrap();
+            assert!(wal_path.exists());
+            store.close().await;
+            assert!(!wal_path.exists());
+            let (rev, _) = durable_in_redb(dir.path()).await;
+            assert_eq!(rev, more.mod_revision);
+        }
     }
 }

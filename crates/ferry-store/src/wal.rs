@@ -196,10 +196,26 @@ pub(crate) fn redo(entries: Vec<Entry>, durable: Revision) -> Vec<Entry> {
     out
 }
 
+/// What the log needs from its file: positioned writes and a data sync. A trait so that tests
+/// can put a file that fails on demand in its place.
+pub(crate) trait LogFile: Send + std::fmt::Debug {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    fn sync_data(&self) -> io::Result<()>;
+}
+
+impl LogFile for File {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        FileExt::write_all_at(self, buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
 /// The open log file: appends records and syncs them.
 #[derive(Debug)]
 pub(crate) struct Wal {
-    file: File,
+    file: Box<dyn LogFile>,
     path: PathBuf,
     /// Where the next record goes.
     offset: u64,
@@ -236,15 +252,36 @@ impl Wal {
         crate::private_fs::enforce_mode(path, 0o600)?;
         let allocated = file.metadata()?.len();
         Ok(Wal {
-            file,
+            file: Box::new(file),
             path: path.to_path_buf(),
             offset: 0,
             allocated,
         })
     }
 
+    /// The same log writing through `wrap(file)` instead (tests inject failures with it).
+    pub(crate) fn wrap_file(
+        mut self,
+        wrap: impl FnOnce(Box<dyn LogFile>) -> Box<dyn LogFile>,
+    ) -> Wal {
+        self.file = wrap(self.file);
+        self
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Closes the log and removes its file: for when every record it holds is durable in the
+    /// database (or must never be replayed). An error leaves the file in place.
+    pub(crate) fn retire(self) -> io::Result<()> {
+        let Wal { file, path, .. } = self;
+        drop(file);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Bytes appended since the log last started over.

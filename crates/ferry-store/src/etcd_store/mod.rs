@@ -168,6 +168,9 @@ pub struct EtcdStore {
     client: Arc<Client>,
     keys: KeyMap,
     opts: EtcdOptions,
+    /// `false` once [`Store::shutdown`] ran. Writes hold a read guard while they run, so the
+    /// shutdown (a write guard) waits for the ones in flight.
+    open: tokio::sync::RwLock<bool>,
 }
 
 impl std::fmt::Debug for EtcdStore {
@@ -194,7 +197,17 @@ impl EtcdStore {
             client,
             keys: KeyMap::new(&opts.prefix),
             opts,
+            open: tokio::sync::RwLock::new(true),
         })
+    }
+
+    /// A write may go ahead while the guard is held; after a shutdown it is refused.
+    async fn writable(&self) -> Result<tokio::sync::RwLockReadGuard<'_, bool>> {
+        let open = self.open.read().await;
+        if !*open {
+            return Err(StoreError::Unavailable("store is shut down".into()));
+        }
+        Ok(open)
     }
 
     fn kv(&self, kv: pb::KeyValue) -> Option<KeyValue> {
@@ -401,6 +414,7 @@ impl Store for EtcdStore {
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         crate::check_value_size(&value)?;
+        let _open = self.writable().await?;
         let k = self.keys.to_etcd(key);
         let req = pb::TxnRequest {
             compare: vec![cmp(
@@ -433,6 +447,7 @@ impl Store for EtcdStore {
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
         crate::check_value_size(&value)?;
+        let _open = self.writable().await?;
         let k = self.keys.to_etcd(key);
         let req = pb::TxnRequest {
             compare: vec![
@@ -489,6 +504,7 @@ impl Store for EtcdStore {
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<(KeyValue, Revision)> {
+        let _open = self.writable().await?;
         let k = self.keys.to_etcd(key);
         let mut compare = vec![cmp(
             &k,
@@ -560,6 +576,7 @@ impl Store for EtcdStore {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
+        let _open = self.writable().await?;
         let req = pb::CompactionRequest {
             revision,
             physical: false,
@@ -618,6 +635,13 @@ impl Store for EtcdStore {
 
     async fn compacted_revision(&self) -> Result<Revision> {
         self.compacted_probe().await
+    }
+
+    /// etcd acknowledges a write once it is durable in its own log, so there is nothing to
+    /// flush: the writes in flight finish, later ones are refused.
+    async fn shutdown(&self) -> Result<()> {
+        *self.open.write().await = false;
+        Ok(())
     }
 }
 
