@@ -602,6 +602,108 @@ pub fn claim(job: &Job, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
     })
 }
 
+// ---- orphan pods (upstream's `orphanQueue` / `syncOrphanPod`) ----
+
+/// A Job as the orphan-pod decisions see it: its uid and whether it has finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRef {
+    pub uid: String,
+    pub finished: bool,
+}
+
+/// The Job a controller reference resolves to (upstream's `resolveControllerRef`: a `Job` of
+/// that name whose uid is the reference's), from `job_named` (a lookup in the Job cache).
+fn resolve_job(
+    r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    job_named: &dyn Fn(&str) -> Option<JobRef>,
+) -> Option<JobRef> {
+    if r.kind != "Job" {
+        return None;
+    }
+    job_named(&r.name).filter(|j| j.uid == r.uid)
+}
+
+/// Whether a pod change hands the pod to the orphan worker (upstream's pod event handlers): it
+/// carries the tracking finalizer and either has no controller (the garbage collector orphaned
+/// it, e.g. after a Job deleted with `orphan` propagation, batch/v1's default) or is being
+/// deleted (`gone`: deletionTimestamp set, or the delete event) while its Job is gone or
+/// finished — cases in which no Job sync will remove the finalizer.
+pub fn orphan_needs_release(
+    p: &Pod,
+    gone: bool,
+    job_named: &dyn Fn(&str) -> Option<JobRef>,
+) -> bool {
+    if !has_finalizer(p) {
+        return false;
+    }
+    match keys::controller_ref(&p.metadata) {
+        None => true,
+        Some(r) => {
+            (gone || is_deleting(&p.metadata))
+                && resolve_job(r, job_named).is_none_or(|j| j.finished)
+        }
+    }
+}
+
+/// The orphan worker's decision for a cached pod (upstream's `syncOrphanPod`): remove the
+/// tracking finalizer unless the pod is controlled by something other than a batch/v1 Job, or
+/// by a Job that exists and has not finished (it was adopted; that Job's sync releases it).
+pub fn plan_orphan(p: &Pod, job_named: &dyn Fn(&str) -> Option<JobRef>) -> Option<Write> {
+    if !has_finalizer(p) {
+        return None;
+    }
+    if let Some(r) = keys::controller_ref(&p.metadata) {
+        if r.kind != "Job" || r.api_version != "batch/v1" {
+            return None;
+        }
+        if resolve_job(r, job_named).is_some_and(|j| !j.finished) {
+            return None;
+        }
+    }
+    Some(Write::patch(
+        Res::Pods,
+        &p.namespace().unwrap_or_default(),
+        &p.name_any(),
+        remove_finalizer_patch(p),
+    ))
+}
+
+fn job_lookup(jobs: &Store<Job>, ns: &str) -> impl Fn(&str) -> Option<JobRef> {
+    let (jobs, ns) = (jobs.clone(), ns.to_string());
+    move |name: &str| {
+        ObjectKey::new(ns.as_str(), name)
+            .get(&jobs)
+            .map(|j| JobRef {
+                uid: j.uid().unwrap_or_default(),
+                finished: j.status.as_ref().is_some_and(finished),
+            })
+    }
+}
+
+/// Releases the tracking finalizer of orphan pods, one pod key at a time.
+pub struct OrphanPods {
+    client: kube::Client,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+}
+
+impl Reconciler for OrphanPods {
+    type Key = ObjectKey;
+    type Error = kube::Error;
+    fn name(&self) -> &'static str {
+        "job-controller-orphan-pods"
+    }
+    async fn reconcile(&self, key: &ObjectKey) -> Result<Action, kube::Error> {
+        let Some(p) = key.get(&self.pods) else {
+            return Ok(Action::Done);
+        };
+        if let Some(w) = plan_orphan(&p, &job_lookup(&self.jobs, &key.namespace)) {
+            common::exec(&self.client, w).await?;
+        }
+        Ok(Action::Done)
+    }
+}
+
 // ---- the reconciler ----
 
 pub struct JobController {
@@ -700,17 +802,40 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
             .and_then(|x| x.selector.as_ref())
             .is_some_and(|sel| common::selects(sel, l))
     });
+    let orphans: Arc<WorkQueue<ObjectKey>> = Arc::default();
+    {
+        let (q, jobs) = (orphans.clone(), jobs.clone());
+        informers.pods().subscribe(move |ch| {
+            let (p, gone) = match (ch.new, ch.old) {
+                (Some(p), _) => (p, false),
+                (None, Some(p)) => (p, true),
+                (None, None) => return,
+            };
+            let ns = p.namespace().unwrap_or_default();
+            if orphan_needs_release(p, gone, &job_lookup(&jobs, &ns)) {
+                q.add(ObjectKey::of(p));
+            }
+        });
+    }
     tokio::select! {
         _ = stop.cancelled() => return,
         _ = async { let _ = jobs.wait_until_ready().await; informers.pods().wait_synced(&stop).await; } => {}
     }
+    let orphan_worker = Arc::new(OrphanPods {
+        client: client.clone(),
+        jobs: jobs.clone(),
+        pods: pods.clone(),
+    });
     let ctl = Arc::new(JobController {
         client,
         jobs,
         pods,
         expect: Expectations::default(),
     });
-    runtime::worker::run(ctl, queue, 4, stop).await;
+    tokio::join!(
+        runtime::worker::run(ctl, queue, 4, stop.clone()),
+        runtime::worker::run(orphan_worker, orphans, 1, stop),
+    );
 }
 
 #[cfg(test)]
@@ -1010,5 +1135,173 @@ mod tests {
             common::claim_outcomes(&plan, &["a", "b"], "ju"),
             ["a=release", "b=-"]
         );
+    }
+
+    #[test]
+    fn orphan_pods_lose_the_tracking_finalizer() {
+        // (case, controller reference (kind, apiVersion, uid), deleting, gone, job "pi" in the
+        //  cache (uid, finished), finalizer) -> (enqueued, released)
+        type Owner = Option<(&'static str, &'static str, &'static str)>;
+        let job_ref = Some(("Job", "batch/v1", "ju"));
+        type Case = (
+            &'static str,
+            Owner,
+            bool,
+            bool,
+            Option<(&'static str, bool)>,
+            bool,
+            (bool, bool),
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "orphaned by the collector",
+                None,
+                false,
+                false,
+                Some(("ju", false)),
+                true,
+                (true, true),
+            ),
+            (
+                "orphan being deleted",
+                None,
+                true,
+                false,
+                None,
+                true,
+                (true, true),
+            ),
+            (
+                "orphan without the finalizer",
+                None,
+                true,
+                false,
+                None,
+                false,
+                (false, false),
+            ),
+            (
+                "running pod of a live Job",
+                job_ref,
+                false,
+                false,
+                Some(("ju", false)),
+                true,
+                (false, false),
+            ),
+            (
+                "deleted pod of a live Job: its sync counts it",
+                job_ref,
+                true,
+                false,
+                Some(("ju", false)),
+                true,
+                (false, false),
+            ),
+            (
+                "deleted pod, Job gone",
+                job_ref,
+                true,
+                false,
+                None,
+                true,
+                (true, true),
+            ),
+            (
+                "delete event, Job gone",
+                job_ref,
+                false,
+                true,
+                None,
+                true,
+                (true, true),
+            ),
+            (
+                "deleted pod, Job finished",
+                job_ref,
+                true,
+                false,
+                Some(("ju", true)),
+                true,
+                (true, true),
+            ),
+            (
+                "deleted pod, Job replaced (other uid)",
+                job_ref,
+                true,
+                false,
+                Some(("other", false)),
+                true,
+                (true, true),
+            ),
+            (
+                "live pod, Job not cached yet: wait",
+                job_ref,
+                false,
+                false,
+                None,
+                true,
+                (false, true),
+            ),
+            (
+                "controlled by a ReplicaSet",
+                Some(("ReplicaSet", "apps/v1", "ju")),
+                true,
+                false,
+                None,
+                true,
+                (true, false),
+            ),
+            (
+                "controlled by another group's Job",
+                Some(("Job", "example.com/v1", "ju")),
+                true,
+                false,
+                None,
+                true,
+                (true, false),
+            ),
+        ];
+        for (case, owner, deleting, gone, cached, fin, (enqueued, released)) in cases {
+            let mut p = serde_json::to_value(pod("pi-x", "Failed", None, fin)).unwrap();
+            p["metadata"]["ownerReferences"] = match owner {
+                Some((kind, av, uid)) => json!([{"apiVersion": av, "kind": kind, "name": "pi",
+                    "uid": uid, "controller": true}]),
+                None => {
+                    json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "c"}])
+                }
+            };
+            if deleting {
+                p["metadata"]["deletionTimestamp"] = json!(rfc3339(NOW));
+            }
+            let p: Pod = serde_json::from_value(p).unwrap();
+            let lookup = |name: &str| {
+                cached
+                    .filter(|_| name == "pi")
+                    .map(|(uid, finished)| JobRef {
+                        uid: uid.to_string(),
+                        finished,
+                    })
+            };
+            assert_eq!(
+                orphan_needs_release(&p, gone, &lookup),
+                enqueued,
+                "{case}: enqueued"
+            );
+            let w = plan_orphan(&p, &lookup);
+            assert_eq!(w.is_some(), released, "{case}: released");
+            if let Some(w) = w {
+                assert_eq!(
+                    w,
+                    Write::patch(
+                        Res::Pods,
+                        "d",
+                        "pi-x",
+                        json!({"metadata": {"finalizers": null, "resourceVersion": "5"}})
+                    ),
+                    "{case}"
+                );
+            }
+        }
     }
 }
