@@ -1,18 +1,23 @@
 //! `ferry netpol explain|matrix|log`: the verdict function on the cluster's objects (read
 //! with kube-rs), and the kernel's counters. The text is built by pure functions.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
 use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
 
+use crate::agent::{self, AgentConfig};
 use crate::apply::Target;
 use crate::matrix;
-use crate::model::{self, Model, PodKey, Proto};
+use crate::model::{self, Interner, Model, PodKey, Proto};
+use crate::render::{RenderOptions, render};
+use crate::slim::{SlimNamespace, SlimNode, SlimPod};
 use crate::verdict::{Conn, Endpoint, evaluate, explain};
 
 #[derive(Args, Debug, Clone)]
@@ -56,6 +61,30 @@ pub enum NetpolCommand {
         ports: Vec<String>,
         #[arg(long = "what-if")]
         what_if: Option<PathBuf>,
+    },
+    /// Enforce NetworkPolicy on one node: watch policies, pods, namespaces and nodes, and keep
+    /// Ferry's nftables table of the node in line with them (what the node agents of
+    /// `ferry up` run for each node).
+    Agent {
+        /// The node whose pods are enforced.
+        #[arg(long = "node-name")]
+        node_name: String,
+        /// The node's network namespace (a path such as /run/netns/NAME); default: this one.
+        #[arg(long)]
+        netns: Option<PathBuf>,
+        /// Sync once, print the node's table as an `nft -f` script and exit (nothing applied).
+        #[arg(long = "dry-run")]
+        dry_run: bool,
+        /// Drop denied packets instead of rejecting them.
+        #[arg(long = "drop")]
+        drop: bool,
+        /// Minimum time between two syncs, in milliseconds.
+        #[arg(long = "min-sync-ms", default_value_t = 100)]
+        min_sync_ms: u64,
+        /// Remove the table when stopping (by default it stays: enforcement outlives a
+        /// restart of the agent).
+        #[arg(long = "cleanup-on-exit")]
+        cleanup_on_exit: bool,
     },
     /// Denied (and, with --allowed, allowed) connection counts from the kernel's rules.
     Log {
@@ -228,24 +257,25 @@ pub fn with_policies(mut model: Model, extra: Vec<model::Policy>) -> Model {
 /// The model from lists of objects; unreadable policies are reported, not fatal.
 pub fn model_from(
     policies: &[NetworkPolicy],
-    pods: &[Pod],
-    namespaces: &[Namespace],
-    nodes: &[Node],
+    pods: &[SlimPod],
+    namespaces: &[SlimNamespace],
+    nodes: &[SlimNode],
 ) -> (Model, Vec<String>) {
     let mut m = Model::default();
+    let mut interner = Interner::default();
     let mut warnings = Vec::new();
     for ns in namespaces {
-        if let Some((n, l)) = model::project_namespace(ns) {
+        if let Some((n, l)) = model::project_slim_namespace(ns) {
             m.namespaces.insert(n, l);
         }
     }
     for p in pods {
-        if let Some((k, info)) = model::project_pod(p) {
+        if let Some((k, info)) = model::project_slim_pod(p, &mut interner) {
             m.pods.insert(k, info);
         }
     }
     for n in nodes {
-        if let Some((k, ips)) = model::project_node(n) {
+        if let Some((k, ips)) = model::project_slim_node(n) {
             m.nodes.insert(k, ips);
         }
     }
@@ -260,22 +290,23 @@ pub fn model_from(
     (m, warnings)
 }
 
+/// Pods, Namespaces and Nodes are listed slim (see [`crate::slim`]).
 async fn load(client: Client) -> Result<Model> {
     let lp = ListParams::default();
     let policies = Api::<NetworkPolicy>::all(client.clone())
         .list(&lp)
         .await
         .context("listing NetworkPolicies")?;
-    let pods = Api::<Pod>::all(client.clone())
+    let pods = Api::<SlimPod>::all(client.clone())
         .list(&lp)
         .await
         .context("listing Pods")?;
-    let namespaces = Api::<Namespace>::all(client.clone())
+    let namespaces = Api::<SlimNamespace>::all(client.clone())
         .list(&lp)
         .await
         .context("listing Namespaces")?;
     // Nodes are optional for the verdict (own-node traffic): a user without access still gets answers.
-    let nodes = Api::<Node>::all(client)
+    let nodes = Api::<SlimNode>::all(client)
         .list(&lp)
         .await
         .map(|l| l.items)
@@ -285,6 +316,68 @@ async fn load(client: Client) -> Result<Model> {
         eprintln!("warning: {w}");
     }
     Ok(m)
+}
+
+/// `ferry netpol agent`: until `shutdown`, or (`--dry-run`) until the first sync.
+async fn run_agent(
+    client: Client,
+    cfg: AgentConfig,
+    dry_run: bool,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let started = Instant::now();
+    let cancel = CancellationToken::new();
+    let _stop = cancel.clone().drop_guard();
+    if dry_run {
+        let tracker = agent::watch(client, cancel.clone());
+        tokio::select! {
+            _ = shutdown => bail!("stopped before the watches synced"),
+            _ = tracker.wait_synced() => {}
+        }
+        let synced = started.elapsed();
+        let model = tracker.model();
+        let table = render(&model, &cfg.node_name, &cfg.render);
+        print!("{}", crate::ruleset::full_script(&table));
+        eprintln!(
+            "netpol agent {}: synced in {:.2} s ({} pods, {} namespaces, {} policies, {} shared label sets and node names)",
+            cfg.node_name,
+            synced.as_secs_f64(),
+            model.pods.len(),
+            model.namespaces.len(),
+            model.policies.len(),
+            tracker.interned(),
+        );
+        return Ok(());
+    }
+    let node = cfg.node_name.clone();
+    let mut running = agent::start(client, cfg, cancel.clone());
+    let mut status = running.status.clone();
+    tokio::pin!(shutdown);
+    let mut announced = false;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            r = status.changed() => {
+                if r.is_err() {
+                    bail!("the sync loop of {node} ended");
+                }
+                let st = status.borrow_and_update().clone();
+                if !announced && st.syncs > 0 {
+                    announced = true;
+                    tracing::info!(
+                        "netpol agent {node}: synced and applied in {:.2} s ({} isolated pod chains)",
+                        started.elapsed().as_secs_f64(),
+                        st.isolated_chains
+                    );
+                }
+            }
+        }
+    }
+    cancel.cancel();
+    for t in running.tasks.drain(..) {
+        let _ = t.await;
+    }
+    Ok(())
 }
 
 fn what_if(model: Model, file: Option<&std::path::Path>) -> Result<Model> {
@@ -298,9 +391,27 @@ fn what_if(model: Model, file: Option<&std::path::Path>) -> Result<Model> {
     }
 }
 
-/// Runs one `ferry netpol` command, printing to stdout.
-pub async fn run(args: NetpolArgs) -> Result<()> {
+/// Runs one `ferry netpol` command, printing to stdout; `agent` runs until `shutdown`.
+pub async fn run(args: NetpolArgs, shutdown: impl Future<Output = ()>) -> Result<()> {
     match args.command {
+        NetpolCommand::Agent {
+            node_name,
+            netns,
+            dry_run,
+            drop,
+            min_sync_ms,
+            cleanup_on_exit,
+        } => {
+            let client = ferry_kubeclient::client(args.kubeconfig.as_deref()).await?;
+            let mut cfg = AgentConfig::new(node_name, Target { netns });
+            cfg.render = RenderOptions {
+                reject: !drop,
+                ..RenderOptions::default()
+            };
+            cfg.min_interval = Duration::from_millis(min_sync_ms);
+            cfg.cleanup_on_exit = cleanup_on_exit;
+            run_agent(client, cfg, dry_run, shutdown).await?;
+        }
         NetpolCommand::Explain {
             from,
             to,

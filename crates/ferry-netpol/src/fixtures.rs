@@ -47,9 +47,9 @@ pub fn e2e_model(nodes: usize) -> Model {
             m.pods.insert(
                 PodKey::new(*ns, *pod),
                 PodInfo {
-                    labels: labels(&[("pod", pod)]),
+                    labels: labels(&[("pod", pod)]).into(),
                     ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, ni as u8, (pi + 1) as u8))],
-                    node: Some(format!("n{}", n % nodes)),
+                    node: Some(format!("n{}", n % nodes).into()),
                     host_network: false,
                     ports,
                 },

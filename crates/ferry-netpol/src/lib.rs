@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod render;
 pub mod ruleset;
+pub mod slim;
 pub mod verdict;
 pub mod warn;
 

@@ -33,7 +33,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Tracker;
+use crate::agent::Subscriber;
 use crate::apply::Target;
 use crate::log::{CounterRow, counters};
 
@@ -49,7 +49,7 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug, Clone)]
 struct NodeEntry {
     target: Target,
-    tracker: Option<Arc<Tracker>>,
+    tracker: Option<Subscriber>,
 }
 
 /// The nodes registered with [`Metrics::add_node`].
@@ -243,7 +243,7 @@ impl Metrics {
     }
 
     /// Makes a node's table (and, for `/healthz`, its change tracker) part of the metrics.
-    pub fn add_node(&self, node: &str, target: Target, tracker: Option<Arc<Tracker>>) {
+    pub fn add_node(&self, node: &str, target: Target, tracker: Option<Subscriber>) {
         self.nodes
             .0
             .lock()
@@ -486,8 +486,8 @@ mod tests {
         );
 
         // Health: a change waiting too long makes the node stale.
-        let t = Arc::new(Tracker::default());
-        m.add_node("n1", Target::default(), Some(t.clone()));
+        let t = Arc::new(crate::agent::Tracker::default());
+        m.add_node("n1", Target::default(), Some(t.subscribe()));
         assert!(m.stale_nodes(Duration::from_secs(30)).is_empty());
         t.update(|model| {
             model.namespaces.insert("x".into(), Default::default());

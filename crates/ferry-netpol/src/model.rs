@@ -4,9 +4,11 @@
 //! here too; they apply upstream's defaults (`policyTypes`, protocol TCP) so that the rest of
 //! the crate never looks at optional fields.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use ferry_api::selectors::labels::{LabelSelector, from_label_selector};
 use ipnet::IpNet;
@@ -14,10 +16,104 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::networking::v1 as net;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::slim::{SlimNamespace, SlimNode, SlimPod};
+
 /// `kubernetes.io/metadata.name`: the label every namespace carries with its own name.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 pub type Labels = BTreeMap<String, String>;
+
+/// A pod's labels, shared: the pods of one ReplicaSet, Job or StatefulSet carry the same label
+/// set, so the agent keeps one copy per distinct set ([`Interner`]). Reads deref to [`Labels`];
+/// a write copies the set first when it is shared.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct SharedLabels(pub Arc<Labels>);
+
+impl Deref for SharedLabels {
+    type Target = Labels;
+    fn deref(&self) -> &Labels {
+        &self.0
+    }
+}
+
+impl DerefMut for SharedLabels {
+    fn deref_mut(&mut self) -> &mut Labels {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<Labels> for SharedLabels {
+    fn from(l: Labels) -> Self {
+        SharedLabels(Arc::new(l))
+    }
+}
+
+impl<const N: usize> From<[(String, String); N]> for SharedLabels {
+    fn from(pairs: [(String, String); N]) -> Self {
+        SharedLabels(Arc::new(pairs.into()))
+    }
+}
+
+impl fmt::Debug for SharedLabels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One shared copy of each distinct pod label set and node name. Entries nobody else holds any
+/// more are dropped when the table has doubled since the last sweep, so it holds at most about
+/// twice the live distinct values (plus a floor of [`Interner::FLOOR`]).
+#[derive(Debug, Default)]
+pub struct Interner {
+    labels: HashSet<Arc<Labels>>,
+    nodes: HashSet<Arc<str>>,
+    sweep_at: usize,
+}
+
+impl Interner {
+    /// Below this many entries no sweep runs.
+    pub const FLOOR: usize = 1024;
+
+    /// The shared copy of `labels`.
+    pub fn labels(&mut self, labels: Labels) -> SharedLabels {
+        if let Some(a) = self.labels.get(&labels) {
+            return SharedLabels(a.clone());
+        }
+        self.maybe_sweep();
+        let a = Arc::new(labels);
+        self.labels.insert(a.clone());
+        SharedLabels(a)
+    }
+
+    /// The shared copy of a node name.
+    pub fn node(&mut self, name: &str) -> Arc<str> {
+        if let Some(a) = self.nodes.get(name) {
+            return a.clone();
+        }
+        self.maybe_sweep();
+        let a: Arc<str> = Arc::from(name);
+        self.nodes.insert(a.clone());
+        a
+    }
+
+    /// Distinct values held (live or not yet swept).
+    pub fn len(&self) -> usize {
+        self.labels.len() + self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn maybe_sweep(&mut self) {
+        if self.len() < self.sweep_at.max(Self::FLOOR) {
+            return;
+        }
+        self.labels.retain(|a| Arc::strong_count(a) > 1);
+        self.nodes.retain(|a| Arc::strong_count(a) > 1);
+        self.sweep_at = self.len() * 2;
+    }
+}
 
 /// (namespace, name) of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,11 +194,11 @@ pub struct NamedPort {
 /// What a NetworkPolicy needs to know about a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodInfo {
-    pub labels: Labels,
+    pub labels: SharedLabels,
     /// `status.podIPs` (empty until the pod has an address; empty for finished pods).
     pub ips: Vec<IpAddr>,
-    /// `spec.nodeName`.
-    pub node: Option<String>,
+    /// `spec.nodeName` (shared: many pods name the same node).
+    pub node: Option<Arc<str>>,
     /// Host-network pods are never selected by policies and count as their node's address.
     pub host_network: bool,
     /// Container ports that have a name.
@@ -447,8 +543,9 @@ pub fn project_policy(np: &net::NetworkPolicy) -> Result<Policy, ProjectError> {
     })
 }
 
-/// A pod as the model sees it (finished pods have no addresses: theirs may be reused).
-pub fn project_pod(pod: &Pod) -> Option<(PodKey, PodInfo)> {
+/// A pod as the model sees it (finished pods have no addresses: theirs may be reused); label
+/// sets and node names come from `interner`.
+pub fn project_slim_pod(pod: &SlimPod, interner: &mut Interner) -> Option<(PodKey, PodInfo)> {
     let key = PodKey::new(
         pod.metadata
             .namespace
@@ -456,78 +553,50 @@ pub fn project_pod(pod: &Pod) -> Option<(PodKey, PodInfo)> {
             .unwrap_or_else(|| "default".into()),
         pod.metadata.name.clone()?,
     );
-    let spec = pod.spec.as_ref();
-    let status = pod.status.as_ref();
-    let finished = matches!(
-        status.and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    );
-    let mut ips: Vec<IpAddr> = Vec::new();
-    if !finished && let Some(st) = status {
-        for ip in st.pod_ips.iter().flatten() {
-            if let Ok(a) = ip.ip.parse::<IpAddr>()
-                && !ips.contains(&a)
-            {
-                ips.push(a);
-            }
-        }
-        if ips.is_empty()
-            && let Some(a) = st.pod_ip.as_deref().and_then(|s| s.parse::<IpAddr>().ok())
-        {
-            ips.push(a);
-        }
-    }
-    let mut ports = Vec::new();
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
-        for p in c.ports.iter().flatten() {
-            let (Some(name), Ok(port)) = (p.name.clone(), u16::try_from(p.container_port)) else {
-                continue;
-            };
-            let proto = Proto::parse(p.protocol.as_deref().unwrap_or("TCP")).unwrap_or(Proto::Tcp);
-            ports.push(NamedPort { name, port, proto });
-        }
-    }
     Some((
         key,
         PodInfo {
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            ips,
-            node: spec.and_then(|s| s.node_name.clone()),
-            host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
-            ports,
+            labels: interner.labels(pod.labels.clone()),
+            ips: if pod.finished {
+                Vec::new()
+            } else {
+                pod.ips.clone()
+            },
+            node: pod.node_name.as_deref().map(|n| interner.node(n)),
+            host_network: pod.host_network,
+            ports: pod.ports.clone(),
         },
     ))
 }
 
+/// [`project_slim_pod`] of a full Pod.
+pub fn project_pod(pod: &Pod) -> Option<(PodKey, PodInfo)> {
+    project_slim_pod(&SlimPod::from(pod), &mut Interner::default())
+}
+
 /// A namespace's labels, with the name label the API server adds.
-pub fn project_namespace(ns: &Namespace) -> Option<(String, Labels)> {
+pub fn project_slim_namespace(ns: &SlimNamespace) -> Option<(String, Labels)> {
     let name = ns.metadata.name.clone()?;
-    let mut labels = ns.metadata.labels.clone().unwrap_or_default();
+    let mut labels = ns.labels.clone();
     labels
         .entry(NAMESPACE_NAME_LABEL.to_string())
         .or_insert_with(|| name.clone());
     Some((name, labels))
 }
 
+/// [`project_slim_namespace`] of a full Namespace.
+pub fn project_namespace(ns: &Namespace) -> Option<(String, Labels)> {
+    project_slim_namespace(&SlimNamespace::from(ns))
+}
+
 /// A node's addresses (InternalIP/ExternalIP).
+pub fn project_slim_node(node: &SlimNode) -> Option<(String, Vec<IpAddr>)> {
+    Some((node.metadata.name.clone()?, node.ips.clone()))
+}
+
+/// [`project_slim_node`] of a full Node.
 pub fn project_node(node: &Node) -> Option<(String, Vec<IpAddr>)> {
-    let name = node.metadata.name.clone()?;
-    let mut ips = Vec::new();
-    for a in node
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        if (a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-            && let Ok(ip) = a.address.parse::<IpAddr>()
-            && !ips.contains(&ip)
-        {
-            ips.push(ip);
-        }
-    }
-    Some((name, ips))
+    project_slim_node(&SlimNode::from(node))
 }
 
 #[cfg(test)]
@@ -653,5 +722,61 @@ mod tests {
         let mut done = pod.clone();
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
         assert!(project_pod(&done).unwrap().1.ips.is_empty());
+    }
+
+    #[test]
+    fn pods_share_label_sets_and_node_names() {
+        let mut int = Interner::default();
+        let pod = |name: &str, app: &str| -> SlimPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "x", "labels": {"app": app}},
+                "spec": {"nodeName": "n1"}, "status": {"podIP": "10.0.0.1"}
+            }))
+            .unwrap()
+        };
+        let (_, a) = project_slim_pod(&pod("a", "web"), &mut int).unwrap();
+        let (_, b) = project_slim_pod(&pod("b", "web"), &mut int).unwrap();
+        let (_, c) = project_slim_pod(&pod("c", "db"), &mut int).unwrap();
+        assert!(Arc::ptr_eq(&a.labels.0, &b.labels.0));
+        assert!(!Arc::ptr_eq(&a.labels.0, &c.labels.0));
+        assert!(Arc::ptr_eq(
+            a.node.as_ref().unwrap(),
+            c.node.as_ref().unwrap()
+        ));
+        assert_eq!(int.len(), 3);
+        // Equal to the projection of the full Pod, sharing aside.
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "x", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "containers": []}, "status": {"podIP": "10.0.0.1"}
+        }))
+        .unwrap();
+        assert_eq!(project_pod(&full).unwrap().1, a);
+        // A write to shared labels copies them first.
+        let mut d = b.clone();
+        d.labels.insert("tier".into(), "fe".into());
+        assert_eq!(a.labels.len(), 1);
+        assert_eq!(d.labels.len(), 2);
+    }
+
+    #[test]
+    fn the_interner_sweeps_values_nobody_holds() {
+        let mut int = Interner::default();
+        let mut live = Vec::new();
+        for i in 0..10 * Interner::FLOOR {
+            let l = int.labels([("app".to_string(), format!("a{i}"))].into());
+            // Every tenth set stays in use.
+            if i % 10 == 0 {
+                live.push(l);
+            }
+        }
+        assert!(
+            int.len() <= 2 * live.len().max(Interner::FLOOR) + 1,
+            "{} held for {} live",
+            int.len(),
+            live.len()
+        );
+        // Live sets are still shared after the sweeps.
+        let again = int.labels([("app".to_string(), "a0".to_string())].into());
+        assert!(Arc::ptr_eq(&again.0, &live[0].0));
     }
 }

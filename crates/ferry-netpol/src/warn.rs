@@ -80,9 +80,10 @@ pub async fn run(
     on_first: impl FnOnce(&str) + Send,
 ) {
     let api: Api<NetworkPolicy> = Api::all(client.clone());
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut stream =
+        ferry_kubeclient::watch::stream(api, watcher::Config::default(), "netpol warnings")
+            .default_backoff()
+            .boxed();
     let mut seen: HashSet<String> = HashSet::new();
     let mut on_first = Some(on_first);
     loop {

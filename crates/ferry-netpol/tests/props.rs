@@ -197,9 +197,9 @@ fn arb_model() -> impl Strategy<Value = Model> {
                 m.pods.insert(
                     PodKey::new(NS[ns], format!("p{i}")),
                     PodInfo {
-                        labels: labels(&l),
+                        labels: labels(&l).into(),
                         ips,
-                        node: Some(format!("n{node}")),
+                        node: Some(format!("n{node}").into()),
                         host_network: host,
                         ports,
                     },
@@ -250,7 +250,7 @@ fn kernel(m: &Model, tables: &BTreeMap<String, ferry_netpol::ruleset::Ruleset>, 
             nodes.push(n);
         }
     }
-    nodes.iter().all(|n| accepts(&tables[n], &p))
+    nodes.iter().all(|n| accepts(&tables[&**n], &p))
 }
 
 proptest! {
