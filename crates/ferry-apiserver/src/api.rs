@@ -300,7 +300,9 @@ impl Api {
                 );
                 Ok(table_reply(&t))
             }
-            Want::Json => Ok(Reply::Json {
+            // PartialObjectMetadata is cut from the object by the server, as for every
+            // single-object answer (`metadata::object_reply`).
+            Want::Json | Want::Metadata { .. } => Ok(Reply::Json {
                 code: 200,
                 body: obj.bytes.clone(),
                 content_type: "application/json",

@@ -91,6 +91,17 @@ pub fn stamp(raw: &[u8], revision: i64) -> Option<Stamped> {
     Some(out)
 }
 
+/// The span (start, end exclusive) of the value of the top-level member `key` of the JSON object
+/// `raw` (the last one if the key repeats, as a JSON decoder keeps), without decoding the object.
+/// `None` when `raw` is not an object or has no such member.
+pub fn member_span(raw: &[u8], key: &str) -> Option<(usize, usize)> {
+    let (top, _) = members(raw, ws(raw, 0))?;
+    top.iter()
+        .rev()
+        .find(|(k, _, _)| k == key)
+        .map(|&(_, s, e)| (s, e))
+}
+
 fn ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
         i += 1;

@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod eviction;
 pub mod limits;
 pub mod managed;
+pub mod metadata;
 pub mod metrics;
 pub mod objects;
 pub mod patching;

@@ -92,24 +92,130 @@ pub enum Want {
     Table {
         v1beta1: bool,
     },
+    /// `meta.k8s.io` PartialObjectMetadata (`list`: PartialObjectMetadataList was asked for,
+    /// which only a list can be answered with; PartialObjectMetadata only a single object or a
+    /// watch event).
+    Metadata {
+        v1beta1: bool,
+        list: bool,
+    },
 }
 
-pub fn negotiate(accept: &str) -> Want {
+/// The media types upstream names when nothing in an Accept header can be served.
+pub const ACCEPTED_MEDIA_TYPES: &str =
+    "application/json, application/yaml, application/vnd.kubernetes.protobuf";
+
+/// The media types answered (all of them as JSON, which is also YAML; protobuf clients always
+/// offer JSON too, and decode by the answer's Content-Type), in upstream's preference order.
+const SERVED: [(&str, &str); 3] = [
+    ("application", "json"),
+    ("application", "yaml"),
+    ("application", "vnd.kubernetes.protobuf"),
+];
+
+/// One clause of an Accept header.
+#[derive(Debug)]
+struct Clause<'a> {
+    ty: &'a str,
+    sub: &'a str,
+    q: f64,
+    params: Vec<(&'a str, &'a str)>,
+}
+
+fn clauses(accept: &str) -> Vec<Clause<'_>> {
+    let mut out: Vec<Clause<'_>> = Vec::new();
     for part in accept.split(',') {
-        let p = part.replace(' ', "");
-        if p.contains("as=Table") && p.contains("g=meta.k8s.io") {
-            return Want::Table {
-                v1beta1: p.contains("v=v1beta1"),
-            };
+        let mut it = part.split(';');
+        let range = it.next().unwrap_or("").trim();
+        let (ty, sub) = range.split_once('/').unwrap_or((range, "*"));
+        let (ty, sub) = (ty.trim(), sub.trim());
+        if ty.is_empty() || sub.is_empty() {
+            continue;
         }
-        if p.starts_with("application/json")
-            || p.starts_with("*/*")
-            || p.starts_with("application/yaml")
-        {
-            return Want::Json;
+        let mut q = 1.0;
+        let mut params = Vec::new();
+        for p in it {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let (k, v) = (k.trim(), v.trim().trim_matches('"'));
+            if k == "q" {
+                q = v.parse().unwrap_or(1.0);
+            } else if !k.is_empty() {
+                params.push((k, v));
+            }
+        }
+        if q > 0.0 {
+            out.push(Clause { ty, sub, q, params });
         }
     }
-    Want::Json
+    // Higher quality first; at equal quality, specific types before wildcards (goautoneg's
+    // order); otherwise the client's order.
+    out.sort_by(|a, b| {
+        b.q.partial_cmp(&a.q)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then((a.ty == "*").cmp(&(b.ty == "*")))
+            .then((a.sub == "*").cmp(&(b.sub == "*")))
+    });
+    out
+}
+
+/// What a clause asks of a media type the server answers: `None` when the endpoint cannot
+/// (an unknown `as`/`g`/`v` conversion, a Table in protobuf, a stream other than `watch`), as
+/// upstream's `acceptMediaTypeOptions` + `AllowsMediaTypeTransform`.
+fn accept_options(c: &Clause<'_>, sub: &str) -> Option<Want> {
+    let (mut kind, mut group, mut version, mut convert) = ("", "", "", false);
+    for &(k, v) in &c.params {
+        match k {
+            "as" => (kind, convert) = (v, true),
+            "g" => (group, convert) = (v, true),
+            "v" => (version, convert) = (v, true),
+            "stream" if !v.is_empty() && (v != "watch" || sub == "yaml") => return None,
+            _ => {}
+        }
+    }
+    if !convert {
+        return Some(Want::Json);
+    }
+    if group != "meta.k8s.io" || !matches!(version, "v1" | "v1beta1") {
+        return None;
+    }
+    let v1beta1 = version == "v1beta1";
+    match kind {
+        "Table" if matches!(sub, "json" | "yaml") => Some(Want::Table { v1beta1 }),
+        "PartialObjectMetadata" => Some(Want::Metadata {
+            v1beta1,
+            list: false,
+        }),
+        "PartialObjectMetadataList" => Some(Want::Metadata {
+            v1beta1,
+            list: true,
+        }),
+        _ => None,
+    }
+}
+
+/// Negotiates the answer's encoding from an Accept header as upstream's
+/// `NegotiateOutputMediaType`: the first clause (by quality, then specificity) naming a media
+/// type the server answers with options it can honour wins; an empty header is JSON; nothing
+/// acceptable is 406 NotAcceptable.
+pub fn negotiate(accept: &str) -> Result<Want, ApiError> {
+    if accept.trim().is_empty() {
+        return Ok(Want::Json);
+    }
+    for c in clauses(accept) {
+        for (ty, sub) in SERVED {
+            let matches = (c.ty.eq_ignore_ascii_case(ty)
+                && (c.sub.eq_ignore_ascii_case(sub) || c.sub == "*"))
+                || (c.ty == "*" && c.sub == "*");
+            if let Some(w) = matches.then(|| accept_options(&c, sub)).flatten() {
+                return Ok(w);
+            }
+        }
+    }
+    Err(ApiError::new(
+        406,
+        "NotAcceptable",
+        format!("only the following media types are accepted: {ACCEPTED_MEDIA_TYPES}"),
+    ))
 }
 
 /// The parts of a resource URL.
@@ -209,15 +315,109 @@ mod tests {
 
     #[test]
     fn accept() {
-        assert_eq!(
-            negotiate(
-                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+        let meta = |v1beta1, list| Want::Metadata { v1beta1, list };
+        let table = |v1beta1| Want::Table { v1beta1 };
+        let not_acceptable = |a: &str| {
+            let e = negotiate(a)
+                .err()
+                .unwrap_or_else(|| panic!("{a}: accepted"));
+            let s = e.to_status();
+            assert_eq!(
+                (s["code"].as_i64(), s["reason"].as_str()),
+                (Some(406), Some("NotAcceptable")),
+                "{a}"
+            );
+            assert_eq!(
+                s["message"],
+                "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+            );
+        };
+        let cases: &[(&str, Want)] = &[
+            ("", Want::Json),
+            ("application/json", Want::Json),
+            ("*/*", Want::Json),
+            ("application/*", Want::Json),
+            ("application/yaml", Want::Json),
+            ("application/json;stream=watch", Want::Json),
+            (
+                "application/vnd.kubernetes.protobuf,application/json",
+                Want::Json,
             ),
-            Want::Table { v1beta1: false }
-        );
-        assert_eq!(
-            negotiate("application/vnd.kubernetes.protobuf,application/json"),
-            Want::Json
-        );
+            // kubectl get
+            (
+                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json",
+                table(false),
+            ),
+            (
+                "application/json;as=Table;v=v1beta1;g=meta.k8s.io",
+                table(true),
+            ),
+            // Tables only in JSON or YAML.
+            (
+                "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io, application/json",
+                Want::Json,
+            ),
+            // kube-rs list_metadata / client-go metadata client (lists, then get and watch)
+            (
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+                meta(false, true),
+            ),
+            (
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+                meta(false, false),
+            ),
+            (
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+                meta(false, true),
+            ),
+            (
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+                meta(true, false),
+            ),
+            (
+                "application/json; as=PartialObjectMetadataList; g=meta.k8s.io; v=v1beta1",
+                meta(true, true),
+            ),
+            // A conversion the server cannot do: the next clause.
+            (
+                "application/json;as=Foo;g=meta.k8s.io;v=v1,application/json",
+                Want::Json,
+            ),
+            (
+                "application/json;as=PartialObjectMetadata;g=apps;v=v1,application/json",
+                Want::Json,
+            ),
+            (
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v2,application/json",
+                Want::Json,
+            ),
+            (
+                "application/json;as=PartialObjectMetadata,application/json",
+                Want::Json,
+            ),
+            // Quality first, then specificity.
+            (
+                "application/json;q=0.5,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                meta(false, false),
+            ),
+            (
+                "*/*;q=0.8,application/json;as=Table;g=meta.k8s.io;v=v1",
+                table(false),
+            ),
+            ("text/html,application/xhtml+xml,*/*;q=0.8", Want::Json),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(negotiate(accept).ok(), Some(*want), "{accept}");
+        }
+        for a in [
+            "text/plain",
+            "application/json;as=Foo;g=meta.k8s.io;v=v1",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v3",
+            "application/json;q=0",
+            "application/yaml;stream=watch",
+            "application/json;stream=other",
+        ] {
+            not_acceptable(a);
+        }
     }
 }

@@ -157,7 +157,7 @@ impl Server {
                     if self.ready.load(Ordering::SeqCst) {
                         Ok(())
                     } else {
-                        Err("not ready".to_string())
+                        Err(crate::readyz::NotReady("not ready".into()))
                     },
                 ));
                 results.extend(self.checks.run());
@@ -318,7 +318,10 @@ impl Server {
         {
             return crate::podproxy::handle(self.clone(), req, &rp).await;
         }
-        let want = negotiate(&accept);
+        let want = match negotiate(&accept) {
+            Ok(w) => w,
+            Err(e) => return error_response(&e),
+        };
         let who = crate::auth::escalation::Who::of(&req);
         // Read the body for writes.
         let body_bytes = if matches!(
@@ -359,9 +362,20 @@ impl Server {
         {
             return error_response(&e);
         }
+        // Lists and watches encode PartialObjectMetadata themselves; every single-object
+        // answer (get, create, update, patch, delete, subresources) is cut here.
+        let single = rp.name.is_some() || method == Method::POST;
+        let info = res.info();
         let result = self
             .dispatch(res, rp, &query, want, &method, &content_type, body_bytes)
-            .await;
+            .await
+            .and_then(|r| {
+                if single {
+                    crate::metadata::object_reply(r, want, info.group, info.kind)
+                } else {
+                    Ok(r)
+                }
+            });
         match result {
             Ok(r) => reply_response(r),
             Err(e) => error_response(&e),

@@ -28,6 +28,7 @@ impl Ctx {
     fn encode(&self, kind: &str, v: &Value) -> Bytes {
         let object = match self.want {
             Want::Table { v1beta1 } => table::single(self.res.strategy, v, &self.query, v1beta1),
+            Want::Metadata { v1beta1, .. } => crate::metadata::partial_value(v, v1beta1),
             Want::Json => v.clone(),
         };
         let mut line =
@@ -43,13 +44,20 @@ impl Ctx {
         {
             return self.encode(kind, &v);
         }
-        if self.want == Want::Json {
-            // Splice the cached bytes: no re-serialisation of the object.
+        let meta_only = match self.want {
+            Want::Metadata { v1beta1, .. } => Some(v1beta1),
+            _ => None,
+        };
+        if self.want == Want::Json || meta_only.is_some() {
+            // Splice the cached bytes (or only their metadata): no re-serialisation.
             let mut line = Vec::with_capacity(o.bytes.len() + 32);
             line.extend_from_slice(b"{\"type\":\"");
             line.extend_from_slice(kind.as_bytes());
             line.extend_from_slice(b"\",\"object\":");
-            line.extend_from_slice(&o.bytes);
+            match meta_only {
+                Some(v1beta1) => crate::metadata::write_partial(&mut line, &o.bytes, v1beta1),
+                None => line.extend_from_slice(&o.bytes),
+            }
             line.extend_from_slice(b"}\n");
             return Bytes::from(line);
         }
@@ -139,6 +147,7 @@ pub async fn watch(
         Err(e) => e,
         Ok(m) => {
             // Upstream: the storage layer's field error, as 422 Invalid on the resource.
+            let m = m.to_string();
             ApiError::new(
                 422,
                 "Invalid",
@@ -152,6 +161,12 @@ pub async fn watch(
         .cache
         .resource(&res.prefix)
         .ok_or_else(|| ApiError::internal("no cache"))?;
+    // PartialObjectMetadataList cannot answer an event: upstream's per-event transform fails
+    // and sends the object as it is.
+    let want = match want {
+        Want::Metadata { list: true, .. } => Want::Json,
+        w => w,
+    };
     let ctx = Ctx {
         res: res.clone(),
         filter,
@@ -296,7 +311,7 @@ pub async fn watch(
     });
     let content_type = match want {
         Want::Table { .. } => "application/json;as=Table;v=v1;g=meta.k8s.io",
-        Want::Json => "application/json",
+        Want::Json | Want::Metadata { .. } => "application/json",
     };
     Ok(Reply::Stream { content_type, rx })
 }

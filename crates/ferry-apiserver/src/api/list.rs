@@ -84,8 +84,16 @@ impl Api {
                 }
                 Ok(table_reply(&t))
             }
-            Want::Json => {
+            Want::Metadata { list: false, .. } => Err(crate::metadata::list_not_acceptable(
+                res.info().group,
+                res.info().kind,
+            )),
+            Want::Json | Want::Metadata { list: true, .. } => {
                 let info = res.info();
+                let meta_only = match want {
+                    Want::Metadata { v1beta1, .. } => Some(v1beta1),
+                    _ => None,
+                };
                 let mut meta = json!({"resourceVersion": rv_s});
                 if let Some(c) = &cont {
                     meta["continue"] = json!(c);
@@ -93,14 +101,22 @@ impl Api {
                 if let Some(n) = remaining {
                     meta["remainingItemCount"] = json!(n);
                 }
-                let mut body =
-                    Vec::with_capacity(64 + items.iter().map(|o| o.bytes.len() + 1).sum::<usize>());
+                let (list_kind, api_version) = match meta_only {
+                    Some(v1beta1) => (
+                        "PartialObjectMetadataList".to_string(),
+                        crate::metadata::api_version(v1beta1).to_string(),
+                    ),
+                    None => (info.list_kind(), info.api_version()),
+                };
+                let size = match meta_only {
+                    // A Pod's metadata is about a third of it.
+                    Some(_) => items.iter().map(|o| o.bytes.len() / 3 + 64).sum::<usize>(),
+                    None => items.iter().map(|o| o.bytes.len() + 1).sum::<usize>(),
+                };
+                let mut body = Vec::with_capacity(64 + size);
                 body.extend_from_slice(
                     format!(
-                        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
-                        info.list_kind(),
-                        info.api_version(),
-                        meta
+                        "{{\"kind\":\"{list_kind}\",\"apiVersion\":\"{api_version}\",\"metadata\":{meta},\"items\":["
                     )
                     .as_bytes(),
                 );
@@ -108,7 +124,13 @@ impl Api {
                     if i > 0 {
                         body.push(b',');
                     }
-                    body.extend_from_slice(&o.bytes);
+                    match meta_only {
+                        // Only the metadata's bytes, cut from the cached object.
+                        Some(v1beta1) => {
+                            crate::metadata::write_partial(&mut body, &o.bytes, v1beta1)
+                        }
+                        None => body.extend_from_slice(&o.bytes),
+                    }
                 }
                 body.extend_from_slice(b"]}");
                 Ok(Reply::Json {

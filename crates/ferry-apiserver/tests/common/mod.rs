@@ -43,6 +43,29 @@ impl Api {
             .unwrap()
     }
 
+    /// A call with an Accept header: (status, Content-Type, body).
+    pub async fn call_accept(
+        &self,
+        method: &str,
+        path: &str,
+        accept: &str,
+        body: Value,
+    ) -> (u16, String, Value) {
+        let mut req = self.request(method, path, "application/json", body);
+        req.headers_mut()
+            .insert("Accept", http::HeaderValue::from_str(accept).unwrap());
+        let resp = self.c.request(req).await.unwrap();
+        let code = resp.status().as_u16();
+        let ct = resp
+            .headers()
+            .get("Content-Type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let b = resp.into_body().collect().await.unwrap().to_bytes();
+        (code, ct, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
     pub async fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
         let ct = if method == "PATCH" {
             "application/merge-patch+json"
@@ -60,16 +83,21 @@ impl Api {
     }
 
     /// Reads watch events until `done` says stop (or the 60 s safety net passes).
-    pub async fn watch(
+    pub async fn watch(&self, path: &str, done: impl FnMut(&[Value]) -> bool) -> (u16, Vec<Value>) {
+        self.watch_accept(path, "application/json", done).await
+    }
+
+    /// [`Api::watch`] with an Accept header.
+    pub async fn watch_accept(
         &self,
         path: &str,
+        accept: &str,
         mut done: impl FnMut(&[Value]) -> bool,
     ) -> (u16, Vec<Value>) {
-        let resp = self
-            .c
-            .request(self.request("GET", path, "application/json", Value::Null))
-            .await
-            .unwrap();
+        let mut req = self.request("GET", path, "application/json", Value::Null);
+        req.headers_mut()
+            .insert("Accept", http::HeaderValue::from_str(accept).unwrap());
+        let resp = self.c.request(req).await.unwrap();
         let code = resp.status().as_u16();
         let mut body = resp.into_body();
         let mut buf = Vec::new();
