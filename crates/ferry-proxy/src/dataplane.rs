@@ -1,11 +1,13 @@
 //! The userspace data path: a listening socket per frontend (service address), a pool of
 //! endpoints behind each, bidirectional copying for TCP and a per-client flow table for UDP.
 //!
-//! [`Dataplane::apply`] takes a whole [`Table`] and changes only what differs: it swaps pool
-//! endpoint sets in place (selection state and affinity survive), closes the listeners of
-//! frontends that went away (so a connection is refused at once) and opens new ones. A
-//! frontend that cannot be bound (the address is not local, the port is taken) is logged and
-//! retried on every later apply.
+//! [`Dataplane::apply_delta`] takes what changed in the table (the sync loop keeps the table
+//! per Service, [`crate::table::incr`], so a sync costs what it touches) and
+//! [`Dataplane::apply`] a whole [`Table`] (walked in full); both change only what differs: they
+//! swap pool endpoint sets in place (selection state and affinity survive), close the
+//! listeners of frontends that went away (so a connection is refused at once) and open new
+//! ones. A frontend that cannot be bound (the address is not local, the port is taken) is
+//! logged and retried on every later apply.
 //!
 //! Copying ([`pump`]) runs both directions in the connection's one task. A direction takes a
 //! 64 KiB buffer from a per-thread pool only once its source is readable and hands it back as
@@ -26,7 +28,7 @@
 //! traffic either way for `tcp_idle` is closed, a UDP flow after `udp_idle`; both sides of a
 //! TCP connection get keepalive probes, so vanished peers are noticed long before that.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -40,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use crate::model::{Proto, ProxyProtocol};
 use crate::proxyproto;
 use crate::sched::PoolState;
+use crate::table::incr::Delta;
 use crate::table::{Frontend, Pool, PoolKey, Table};
 
 /// Connect timeouts of successive attempts, as the userspace kube-proxy (each attempt asks the
@@ -237,8 +240,11 @@ pub struct ApplyReport {
 pub struct Dataplane {
     limits: Arc<Limits>,
     pools: HashMap<PoolKey, Arc<PoolHandle>>,
+    /// Pools with session affinity (their remembered clients expire at each apply).
+    affine: BTreeSet<PoolKey>,
     listeners: HashMap<Frontend, Listener>,
-    failed: BTreeSet<Frontend>,
+    /// Frontends that could not be opened, with their pool: retried at every apply.
+    failed: BTreeMap<Frontend, PoolKey>,
     root: CancellationToken,
 }
 
@@ -251,8 +257,9 @@ impl Dataplane {
                 udp_idle: cfg.udp_idle,
             }),
             pools: HashMap::new(),
+            affine: BTreeSet::new(),
             listeners: HashMap::new(),
-            failed: BTreeSet::new(),
+            failed: BTreeMap::new(),
             root,
         }
     }
@@ -272,7 +279,8 @@ impl Dataplane {
         self.listeners.keys().copied().collect()
     }
 
-    /// Makes the data path serve `table`.
+    /// Makes the data path serve `table` (walks all of it; [`Dataplane::apply_delta`] takes
+    /// only what changed).
     pub fn apply(&mut self, table: &Table) -> ApplyReport {
         let mut report = ApplyReport::default();
         // Close listeners first so that their ports are free for rebinding.
@@ -283,59 +291,147 @@ impl Dataplane {
             .map(|(f, _)| *f)
             .collect();
         for f in stale {
-            if let Some(l) = self.listeners.remove(&f) {
-                l.cancel.cancel();
-                report.closed += 1;
-                tracing::debug!(frontend = %f, "closed");
-            }
+            self.close(f, &mut report);
         }
-        self.pools.retain(|k, _| table.pools.contains_key(k));
+        let gone: Vec<PoolKey> = self
+            .pools
+            .keys()
+            .filter(|k| !table.pools.contains_key(k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.set_pool(&k, None);
+        }
         for (k, p) in &table.pools {
-            match self.pools.get(k) {
-                Some(h) => h.update(p),
-                None => {
-                    self.pools.insert(k.clone(), Arc::new(PoolHandle::new(p)));
-                }
-            }
+            self.set_pool(k, Some(p));
         }
-        let now = Instant::now();
-        for h in self.pools.values() {
-            h.expire(now);
-        }
-        self.failed.retain(|f| table.frontends.contains_key(f));
+        self.expire();
+        self.failed.retain(|f, k| table.frontends.get(f) == Some(k));
         for (f, key) in &table.frontends {
-            if self.listeners.contains_key(f) {
-                continue;
-            }
-            let Some(pool) = self.pools.get(key).cloned() else {
-                continue;
-            };
-            let cancel = self.root.child_token();
-            match self.open(*f, pool, cancel.clone()) {
-                Ok(()) => {
-                    self.listeners.insert(
-                        *f,
-                        Listener {
-                            key: key.clone(),
-                            cancel,
-                        },
-                    );
-                    if self.failed.remove(f) {
-                        tracing::info!(frontend = %f, "listening after earlier failure");
-                    }
-                    report.opened += 1;
-                    tracing::debug!(frontend = %f, service = %key.port, "listening");
-                }
-                Err(e) => {
-                    if self.failed.insert(*f) {
-                        tracing::warn!(frontend = %f, service = %key.port, error = %e,
-                            "cannot serve this service address (retrying on every sync)");
-                    }
-                    report.failed.push((*f, e.to_string()));
-                }
+            if !self.listeners.contains_key(f) {
+                self.open_frontend(*f, key, &mut report);
             }
         }
         report
+    }
+
+    /// Applies what changed in the table (from [`crate::table::incr::Incremental::update`]);
+    /// costs what the delta holds (plus the frontends that failed earlier, retried).
+    pub fn apply_delta(&mut self, delta: &Delta) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        for (f, key) in &delta.frontends {
+            if self
+                .listeners
+                .get(f)
+                .is_some_and(|l| Some(&l.key) != key.as_ref())
+            {
+                self.close(*f, &mut report);
+            }
+            match key {
+                Some(k) => {
+                    if let Some(old) = self.failed.get_mut(f) {
+                        *old = k.clone();
+                    }
+                }
+                None => {
+                    self.failed.remove(f);
+                }
+            }
+        }
+        for (k, p) in &delta.pools {
+            self.set_pool(k, p.as_ref());
+        }
+        self.expire();
+        for (f, key) in &delta.frontends {
+            if let Some(k) = key
+                && !self.listeners.contains_key(f)
+            {
+                self.open_frontend(*f, k, &mut report);
+            }
+        }
+        let retry: Vec<(Frontend, PoolKey)> = self
+            .failed
+            .iter()
+            .filter(|(f, _)| !delta.frontends.contains_key(f))
+            .map(|(f, k)| (*f, k.clone()))
+            .collect();
+        for (f, k) in retry {
+            self.open_frontend(f, &k, &mut report);
+        }
+        report
+    }
+
+    fn close(&mut self, f: Frontend, report: &mut ApplyReport) {
+        if let Some(l) = self.listeners.remove(&f) {
+            l.cancel.cancel();
+            report.closed += 1;
+            tracing::debug!(frontend = %f, "closed");
+        }
+    }
+
+    /// Sets (`Some`) or removes (`None`) a pool; an existing pool is updated in place
+    /// (selection state and affinity survive).
+    fn set_pool(&mut self, k: &PoolKey, p: Option<&Pool>) {
+        match p {
+            None => {
+                self.pools.remove(k);
+                self.affine.remove(k);
+            }
+            Some(p) => {
+                match self.pools.get(k) {
+                    Some(h) => h.update(p),
+                    None => {
+                        self.pools.insert(k.clone(), Arc::new(PoolHandle::new(p)));
+                    }
+                }
+                if p.affinity.is_some() {
+                    self.affine.insert(k.clone());
+                } else {
+                    self.affine.remove(k);
+                }
+            }
+        }
+    }
+
+    /// Forgets affinity entries that timed out.
+    fn expire(&self) {
+        let now = Instant::now();
+        for k in &self.affine {
+            if let Some(h) = self.pools.get(k) {
+                h.expire(now);
+            }
+        }
+    }
+
+    /// Opens a listener for `f` serving pool `key`; a failure is remembered and retried.
+    fn open_frontend(&mut self, f: Frontend, key: &PoolKey, report: &mut ApplyReport) {
+        let Some(pool) = self.pools.get(key).cloned() else {
+            return;
+        };
+        let cancel = self.root.child_token();
+        match self.open(f, pool, cancel.clone()) {
+            Ok(()) => {
+                self.listeners.insert(
+                    f,
+                    Listener {
+                        key: key.clone(),
+                        cancel,
+                    },
+                );
+                if self.failed.remove(&f).is_some() {
+                    tracing::info!(frontend = %f, "listening after earlier failure");
+                }
+                report.opened += 1;
+                tracing::debug!(frontend = %f, service = %key.port, "listening");
+            }
+            Err(e) => {
+                if self.failed.insert(f, key.clone()).is_none() {
+                    tracing::warn!(frontend = %f, service = %key.port, error = %e,
+                        "cannot serve this service address (retrying on every sync)");
+                }
+                report.failed.push((f, e.to_string()));
+            }
+        }
     }
 
     fn open(
@@ -903,6 +999,94 @@ mod tests {
         let (_c, accepted) = pair(&plain).await;
         assert!(!accepted.nodelay().unwrap());
         assert!(!rustix::net::sockopt::socket_keepalive(&accepted).unwrap());
+    }
+
+    fn one_pool_table(fronts: &[SocketAddr], ep: &str) -> Table {
+        let key = PoolKey {
+            port: crate::model::ServicePortName {
+                namespace: "ns".into(),
+                name: "a".into(),
+                port: "p".into(),
+                proto: Proto::Tcp,
+            },
+            reach: crate::table::Reach::Internal,
+            ipv6: false,
+        };
+        let mut t = Table::default();
+        t.pools.insert(
+            key.clone(),
+            Pool {
+                endpoints: vec![ep.parse().unwrap()],
+                scheduler: crate::sched::Scheduler::RoundRobin,
+                affinity: Some(Duration::from_secs(5)),
+                proxy_protocol: None,
+            },
+        );
+        for f in fronts {
+            t.frontends.insert(
+                Frontend {
+                    ip: f.ip(),
+                    port: f.port(),
+                    proto: Proto::Tcp,
+                },
+                key.clone(),
+            );
+        }
+        t
+    }
+
+    /// Deltas open and close listeners; a frontend that cannot be bound is retried at every
+    /// later apply (also an empty delta) and forgotten when the table drops it.
+    #[tokio::test]
+    async fn deltas_open_close_and_retry_failed_frontends() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = taken.local_addr().unwrap();
+        let free = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let mut inc = crate::table::incr::Incremental::default();
+        let mut dp = Dataplane::new(DataplaneConfig::default(), CancellationToken::new());
+        let svc = ("ns".to_string(), "a".to_string());
+        let d = inc.update([(svc.clone(), one_pool_table(&[busy, free], "10.0.0.1:80"))]);
+        let r = dp.apply_delta(&d);
+        assert_eq!(r.opened, 1);
+        assert_eq!(r.failed.len(), 1, "{r:?}");
+        assert_eq!(dp.listening().len(), 1);
+        assert_eq!(dp.affine.len(), 1);
+        // Still taken: retried (and failing) with nothing changed.
+        let r = dp.apply_delta(&Default::default());
+        assert_eq!((r.opened, r.failed.len()), (0, 1));
+        drop(taken);
+        let r = dp.apply_delta(&Default::default());
+        assert_eq!((r.opened, r.failed.len()), (1, 0));
+        assert_eq!(dp.listening().len(), 2);
+        // The endpoint changes: the pool is updated in place, no listener moves.
+        let before = dp.pool(inc.table().pools.keys().next().unwrap()).unwrap();
+        let d = inc.update([(svc.clone(), one_pool_table(&[busy, free], "10.0.0.2:80"))]);
+        assert!(d.frontends.is_empty());
+        let r = dp.apply_delta(&d);
+        assert_eq!((r.opened, r.closed), (0, 0));
+        let after = dp.pool(inc.table().pools.keys().next().unwrap()).unwrap();
+        assert!(Arc::ptr_eq(&before, &after));
+        assert_eq!(after.active(), vec![("10.0.0.2:80".parse().unwrap(), 0)]);
+        // The Service goes: everything closes.
+        let d = inc.update([(svc, Table::default())]);
+        let r = dp.apply_delta(&d);
+        assert_eq!(r.closed, 2);
+        assert!(dp.listening().is_empty() && dp.pools.is_empty() && dp.affine.is_empty());
+        // A frontend that failed and then left the table is not retried.
+        let hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut inc = crate::table::incr::Incremental::default();
+        let k = ("ns".to_string(), "b".to_string());
+        let t = one_pool_table(&[hold.local_addr().unwrap()], "10.0.0.1:80");
+        assert_eq!(
+            dp.apply_delta(&inc.update([(k.clone(), t)])).failed.len(),
+            1
+        );
+        dp.apply_delta(&inc.update([(k, Table::default())]));
+        assert!(dp.failed.is_empty());
+        assert!(dp.apply_delta(&Default::default()).failed.is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dataplane::Dataplane;
 use crate::model::{NodeInfo, ServiceInfo, SliceInfo};
 use crate::sched::Scheduler;
+use crate::table::incr::{Delta, Incremental};
 use crate::table::{self, NodeContext, Table};
 
 /// Object key: (namespace, name); nodes use an empty namespace.
@@ -289,6 +290,81 @@ fn node_context(st: &State, cfg: &SyncConfig) -> NodeContext {
     }
 }
 
+/// The userspace sync's pure step: rebuilds the parts of the Services `ch` names (every
+/// Service when `full` or `ch.all`: the first sync, a Node changed) into `inc` and returns
+/// what changed in the whole table. `inc.table()` is then [`table::build`] over the whole
+/// state (property-tested below).
+pub fn step(
+    inc: &mut Incremental,
+    st: &State,
+    ch: &Changes,
+    full: bool,
+    ctx: &NodeContext,
+) -> Delta {
+    let keys: BTreeSet<Key> = if full || ch.all {
+        st.services.keys().chain(inc.services()).cloned().collect()
+    } else {
+        ch.services.clone()
+    };
+    let built: Vec<(Key, Table)> = keys
+        .into_iter()
+        .map(|k| {
+            let part = match st.services.get(&k) {
+                Some(svc) => {
+                    let slices: Vec<&SliceInfo> = st
+                        .slices_of(&svc.namespace, &svc.name)
+                        .map(|(_, s)| s)
+                        .collect();
+                    table::build_service(svc, &slices, &st.nodes, ctx)
+                }
+                None => Table::default(),
+            };
+            (k, part)
+        })
+        .collect();
+    inc.update(built)
+}
+
+/// The status's copy of the table costs O(Services); it is refreshed after a change once the
+/// time since the last copy is at least this many times what the last copy took (at most
+/// [`TABLE_REFRESH`]), so that copying stays a small share of the sync's work at any size.
+const PUBLISH_FACTOR: u32 = 20;
+/// The longest the status's table lags behind the data path.
+const TABLE_REFRESH: Duration = Duration::from_secs(1);
+
+/// The table the status shows, refreshed as [`PUBLISH_FACTOR`] says.
+#[derive(Default)]
+struct Published {
+    table: Arc<Table>,
+    at: Option<Instant>,
+    cost: Duration,
+    stale: bool,
+}
+
+impl Published {
+    /// How long after the last copy the next one may be made.
+    fn gap(&self) -> Duration {
+        (self.cost * PUBLISH_FACTOR).min(TABLE_REFRESH)
+    }
+
+    /// Copies `t` when stale and due; returns how long until a stale copy is due.
+    fn refresh(&mut self, t: &Table) -> Option<Duration> {
+        if !self.stale {
+            return None;
+        }
+        let since = self.at.map_or(Duration::MAX, |a| a.elapsed());
+        if since < self.gap() {
+            return Some(self.gap() - since);
+        }
+        let t0 = Instant::now();
+        self.table = Arc::new(t.clone());
+        self.cost = t0.elapsed();
+        self.at = Some(Instant::now());
+        self.stale = false;
+        None
+    }
+}
+
 /// Runs the loop until `cancel`; closes every listener on the way out.
 pub async fn run(
     tracker: Arc<Tracker>,
@@ -310,6 +386,8 @@ pub async fn run(
         .portals
         .clone()
         .map(crate::kernel::portals::Portals::new);
+    let mut inc = Incremental::default();
+    let mut published = Published::default();
     loop {
         if let Some(last) = last_run {
             let since = last.elapsed();
@@ -321,44 +399,52 @@ pub async fn run(
             }
         }
         last_run = Some(Instant::now());
-        let (table, node_ips) = {
-            let mut st = tracker.lock();
-            st.pending_since = None;
-            // The userspace data path rebuilds its table whole.
-            st.dirty = Changes::default();
-            let ctx = node_context(&st, &cfg);
-            let t = table::build(&st.services, &st.slices, &st.nodes, &ctx);
-            (t, ctx.node_ips)
-        };
+        let first = syncs == 0;
         let started = Instant::now();
+        let (delta, node_ips, changed) = tracker.take_changes(|st, ch| {
+            let ctx = node_context(st, &cfg);
+            let changed = if first || ch.all {
+                st.services.len()
+            } else {
+                ch.services.len()
+            };
+            (step(&mut inc, st, &ch, first, &ctx), ctx.node_ips, changed)
+        });
+        let built_us = started.elapsed().as_micros() as u64;
         let report = match portals.as_mut() {
-            Some(p) => p.apply(&mut dataplane, &table, &node_ips).await,
-            None => dataplane.apply(&table),
+            // Portals map the whole table onto the proxy's own ports.
+            Some(p) => p.apply(&mut dataplane, inc.table(), &node_ips).await,
+            None => dataplane.apply_delta(&delta),
         };
         syncs += 1;
+        published.stale |= first || !delta.is_empty();
+        let publish_in = published.refresh(inc.table());
         tracing::debug!(
-            frontends = table.frontends.len(),
-            pools = table.pools.len(),
+            changed,
+            pools = delta.pools.len(),
+            frontends = delta.frontends.len(),
             opened = report.opened,
             closed = report.closed,
             failed = report.failed.len(),
+            built_us,
             took_us = started.elapsed().as_micros() as u64,
             "proxy sync"
         );
         status.send_replace(SyncStatus {
             syncs,
             last_sync: Some(SystemTime::now()),
-            table: Arc::new(table),
+            table: published.table.clone(),
             failed: report
                 .failed
                 .iter()
                 .map(|(f, e)| format!("{f}: {e}"))
                 .collect(),
         });
+        let wait = publish_in.map_or(cfg.max_interval, |d| d.min(cfg.max_interval));
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tracker.notify.notified() => {}
-            _ = tokio::time::sleep(cfg.max_interval) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
     dataplane.shutdown();
@@ -457,6 +543,238 @@ mod tests {
             true
         });
         assert!(t.take_changes(|_, ch| ch).all);
+    }
+
+    /// One write the watches can make, over a small world (so that Services share
+    /// ClusterIPs, NodePorts and externalIPs, and slices move between Services).
+    /// An endpoint: (address index, ready, IPv6, node index (0: none)).
+    type Ep = (u8, bool, bool, u8);
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// (ClusterIP index, externalIPs, NodePort, Local policy, affinity, dual-stack).
+        Service(u8, Option<(u8, u8, bool, bool, bool, bool)>),
+        /// (Service index, endpoints, UDP port).
+        Slice(u8, Option<(u8, Vec<Ep>, bool)>),
+        Node(u8, Option<(bool, bool)>),
+    }
+
+    fn arb_op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let svc = (
+            0u8..4,
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        );
+        let ep = (0u8..4, any::<bool>(), any::<bool>(), 0u8..3);
+        prop_oneof![
+            (0u8..5, proptest::option::weighted(0.8, svc)).prop_map(|(i, v)| Op::Service(i, v)),
+            (
+                0u8..6,
+                proptest::option::weighted(
+                    0.8,
+                    (0u8..5, proptest::collection::vec(ep, 0..4), any::<bool>())
+                )
+            )
+                .prop_map(|(i, v)| Op::Slice(i, v)),
+            (
+                0u8..2,
+                proptest::option::weighted(0.8, (any::<bool>(), any::<bool>()))
+            )
+                .prop_map(|(i, v)| Op::Node(i, v)),
+        ]
+    }
+
+    fn ipv(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn apply_op(st: &mut State, op: &Op) {
+        use crate::model::{PortInfo, Proto, SlicePort};
+        match op {
+            Op::Service(i, v) => {
+                let name = format!("s{i}");
+                let info = v.map(|(cip, ext, np, local, affinity, ipv6)| ServiceInfo {
+                    namespace: "ns".into(),
+                    name: name.clone(),
+                    cluster_ips: if ipv6 {
+                        vec![ipv(&format!("10.96.0.{cip}")), ipv(&format!("fd00::{cip}"))]
+                    } else {
+                        vec![ipv(&format!("10.96.0.{cip}"))]
+                    },
+                    ports: vec![
+                        PortInfo {
+                            name: "http".into(),
+                            proto: Proto::Tcp,
+                            port: 80,
+                            node_port: np.then_some(30080),
+                        },
+                        PortInfo {
+                            name: "dns".into(),
+                            proto: Proto::Udp,
+                            port: 53,
+                            node_port: None,
+                        },
+                    ],
+                    external_ips: (0..ext).map(|e| ipv(&format!("198.18.0.{e}"))).collect(),
+                    external_local: local,
+                    internal_local: local && ext == 2,
+                    affinity: affinity.then_some(Duration::from_secs(60)),
+                    ..ServiceInfo::default()
+                });
+                st.put_service(key("ns", &name), info);
+            }
+            Op::Slice(i, v) => {
+                let name = format!("e{i}");
+                let info = v.as_ref().map(|(svc, eps, udp)| SliceInfo {
+                    namespace: "ns".into(),
+                    name: name.clone(),
+                    service: format!("s{svc}"),
+                    ports: vec![SlicePort {
+                        name: if *udp { "dns".into() } else { "http".into() },
+                        proto: if *udp { Proto::Udp } else { Proto::Tcp },
+                        port: 8080,
+                    }],
+                    endpoints: eps
+                        .iter()
+                        .map(|(ip, ready, v6, node)| crate::model::EndpointInfo {
+                            ip: if *v6 {
+                                ipv(&format!("fd00:1::{ip}"))
+                            } else {
+                                ipv(&format!("10.0.0.{ip}"))
+                            },
+                            ready: *ready,
+                            serving: true,
+                            terminating: !*ready,
+                            node_name: (*node > 0).then(|| format!("n{node}")),
+                            zone: None,
+                            hint_zones: None,
+                            topology: BTreeMap::new(),
+                        })
+                        .collect(),
+                });
+                st.put_slice(key("ns", &name), info);
+            }
+            Op::Node(i, v) => {
+                let name = format!("n{}", i + 1);
+                let info = v.map(|(zone, two)| NodeInfo {
+                    name: name.clone(),
+                    labels: if zone {
+                        [(crate::model::LABEL_ZONE.to_string(), "z".to_string())].into()
+                    } else {
+                        BTreeMap::new()
+                    },
+                    addresses: if two {
+                        vec![ipv("127.0.0.5"), ipv("::5")]
+                    } else {
+                        vec![ipv("127.0.0.5")]
+                    },
+                });
+                st.put_node(name, info);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The per-Service sync gives the whole rebuild's table after every batch of changes,
+        /// and its deltas, applied in turn from nothing, give that table too.
+        #[test]
+        fn incremental_equals_full_rebuild(
+            batches in proptest::collection::vec(proptest::collection::vec(arb_op(), 1..5), 1..12)
+        ) {
+            let cfg = SyncConfig {
+                node_name: "n1".into(),
+                node_ips: vec![],
+                nodeport_bind: None,
+                scheduler: Scheduler::RoundRobin,
+                min_interval: Duration::ZERO,
+                max_interval: Duration::from_secs(1),
+                portals: None,
+            };
+            let t = Tracker::default();
+            let mut inc = Incremental::default();
+            let mut replayed = Table::default();
+            for (i, batch) in batches.iter().enumerate() {
+                for op in batch {
+                    t.update(|st| { apply_op(st, op); true });
+                }
+                let (delta, full) = t.take_changes(|st, ch| {
+                    let ctx = node_context(st, &cfg);
+                    let d = step(&mut inc, st, &ch, i == 0, &ctx);
+                    (d, table::build(&st.services, &st.slices, &st.nodes, &ctx))
+                });
+                proptest::prop_assert_eq!(inc.table(), &full);
+                for (k, p) in delta.pools {
+                    match p {
+                        Some(p) => replayed.pools.insert(k, p),
+                        None => replayed.pools.remove(&k),
+                    };
+                }
+                for (f, k) in delta.frontends {
+                    match k {
+                        Some(k) => replayed.frontends.insert(f, k),
+                        None => replayed.frontends.remove(&f),
+                    };
+                }
+                proptest::prop_assert_eq!(&replayed, &full);
+            }
+        }
+    }
+
+    #[test]
+    fn a_change_rebuilds_only_its_service() {
+        let cfg = SyncConfig {
+            node_name: "n1".into(),
+            node_ips: vec![ipv("127.0.0.5")],
+            nodeport_bind: None,
+            scheduler: Scheduler::RoundRobin,
+            min_interval: Duration::ZERO,
+            max_interval: Duration::from_secs(1),
+            portals: None,
+        };
+        let mut st = State::default();
+        for i in 0..3 {
+            apply_op(
+                &mut st,
+                &Op::Service(i, Some((i, 0, false, false, false, false))),
+            );
+            apply_op(
+                &mut st,
+                &Op::Slice(i, Some((i, vec![(i, true, false, 1)], false))),
+            );
+        }
+        let mut inc = Incremental::default();
+        let ctx = node_context(&st, &cfg);
+        let d = step(&mut inc, &st, &Changes::default(), true, &ctx);
+        assert_eq!((d.pools.len(), d.frontends.len()), (3, 3));
+        // Nothing changed: nothing to do.
+        assert!(step(&mut inc, &st, &Changes::default(), false, &ctx).is_empty());
+        // s1's endpoint moves: its pool only; the frontend stays.
+        st.dirty = Changes::default();
+        apply_op(
+            &mut st,
+            &Op::Slice(1, Some((1, vec![(3, true, false, 1)], false))),
+        );
+        let ch = std::mem::take(&mut st.dirty);
+        assert_eq!(ch.services, [key("ns", "s1")].into());
+        let d = step(&mut inc, &st, &ch, false, &ctx);
+        assert_eq!(d.pools.len(), 1);
+        assert!(d.frontends.is_empty());
+        let p = d.pools.values().next().unwrap().as_ref().unwrap();
+        assert_eq!(p.endpoints, vec!["10.0.0.3:8080".parse().unwrap()]);
+        // s2 loses its endpoints: its pool and frontend go.
+        apply_op(&mut st, &Op::Slice(2, Some((2, vec![], false))));
+        let ch = std::mem::take(&mut st.dirty);
+        let d = step(&mut inc, &st, &ch, false, &ctx);
+        assert_eq!(d.pools.values().filter(|p| p.is_none()).count(), 1);
+        assert_eq!(d.frontends.values().filter(|k| k.is_none()).count(), 1);
+        assert_eq!(
+            inc.table(),
+            &table::build(&st.services, &st.slices, &st.nodes, &ctx)
+        );
     }
 
     #[test]

@@ -281,75 +281,101 @@ pub fn build(
             .get(&(svc.namespace.as_str(), svc.name.as_str()))
             .map(Vec::as_slice)
             .unwrap_or_default();
-        for port in &svc.ports {
-            if port.proto == Proto::Sctp && !ctx.sctp {
-                continue;
+        add_service(&mut table, svc, svc_slices, nodes, ctx);
+    }
+    table
+}
+
+/// One Service's part of the table: its pools and the frontends it claims, as [`build`] gives
+/// them for this Service alone (`slices`: its EndpointSlices). The whole table is the union of
+/// the parts, a frontend claimed by several Services going to the first in (namespace, name)
+/// order ([`incr`] keeps that union up to date).
+pub fn build_service(
+    svc: &ServiceInfo,
+    slices: &[&SliceInfo],
+    nodes: &BTreeMap<String, NodeInfo>,
+    ctx: &NodeContext,
+) -> Table {
+    let mut table = Table::default();
+    add_service(&mut table, svc, slices, nodes, ctx);
+    table
+}
+
+/// Adds `svc`'s pools and frontends to `table`; a frontend already claimed stays with its
+/// first claimant. Only pools with endpoints are added, and only their frontends.
+fn add_service(
+    table: &mut Table,
+    svc: &ServiceInfo,
+    svc_slices: &[&SliceInfo],
+    nodes: &BTreeMap<String, NodeInfo>,
+    ctx: &NodeContext,
+) {
+    for port in &svc.ports {
+        if port.proto == Proto::Sctp && !ctx.sctp {
+            continue;
+        }
+        let spn = ServicePortName {
+            namespace: svc.namespace.clone(),
+            name: svc.name.clone(),
+            port: port.name.clone(),
+            proto: port.proto,
+        };
+        let all = port_endpoints(port, svc_slices.iter().copied(), &ctx.name);
+        let mut fronts: Vec<(IpAddr, u16, Reach)> = Vec::new();
+        fronts.extend(
+            svc.cluster_ips
+                .iter()
+                .map(|ip| (*ip, port.port, Reach::Internal)),
+        );
+        if let Some(np) = port.node_port {
+            fronts.extend(ctx.node_ips.iter().map(|ip| (*ip, np, Reach::External)));
+        }
+        fronts.extend(
+            svc.external_ips
+                .iter()
+                .map(|ip| (*ip, port.port, Reach::External)),
+        );
+        fronts.extend(
+            svc.load_balancer_ips
+                .iter()
+                .map(|ip| (*ip, port.port, Reach::External)),
+        );
+        for (ip, fport, reach) in fronts {
+            let key = PoolKey {
+                port: spn.clone(),
+                reach,
+                ipv6: ip.is_ipv6(),
+            };
+            if !table.pools.contains_key(&key) {
+                let family: Vec<_> = all
+                    .iter()
+                    .filter(|(a, _)| a.is_ipv6() == key.ipv6)
+                    .cloned()
+                    .collect();
+                let endpoints = select(svc, reach, &family, ctx, nodes);
+                // No endpoint: no pool and no frontend (nothing listens; refused at once).
+                if endpoints.is_empty() {
+                    continue;
+                }
+                table.pools.insert(
+                    key.clone(),
+                    Pool {
+                        endpoints,
+                        scheduler: svc.scheduler.unwrap_or(ctx.scheduler),
+                        affinity: svc.affinity,
+                        proxy_protocol: svc.proxy_protocol.filter(|_| port.proto == Proto::Tcp),
+                    },
+                );
             }
-            let spn = ServicePortName {
-                namespace: svc.namespace.clone(),
-                name: svc.name.clone(),
-                port: port.name.clone(),
+            let fe = Frontend {
+                ip,
+                port: fport,
                 proto: port.proto,
             };
-            let all = port_endpoints(port, svc_slices.iter().copied(), &ctx.name);
-            let mut fronts: Vec<(IpAddr, u16, Reach)> = Vec::new();
-            fronts.extend(
-                svc.cluster_ips
-                    .iter()
-                    .map(|ip| (*ip, port.port, Reach::Internal)),
-            );
-            if let Some(np) = port.node_port {
-                fronts.extend(ctx.node_ips.iter().map(|ip| (*ip, np, Reach::External)));
-            }
-            fronts.extend(
-                svc.external_ips
-                    .iter()
-                    .map(|ip| (*ip, port.port, Reach::External)),
-            );
-            fronts.extend(
-                svc.load_balancer_ips
-                    .iter()
-                    .map(|ip| (*ip, port.port, Reach::External)),
-            );
-            for (ip, fport, reach) in fronts {
-                let key = PoolKey {
-                    port: spn.clone(),
-                    reach,
-                    ipv6: ip.is_ipv6(),
-                };
-                if !table.pools.contains_key(&key) {
-                    let family: Vec<_> = all
-                        .iter()
-                        .filter(|(a, _)| a.is_ipv6() == key.ipv6)
-                        .cloned()
-                        .collect();
-                    let endpoints = select(svc, reach, &family, ctx, nodes);
-                    if endpoints.is_empty() {
-                        continue;
-                    }
-                    table.pools.insert(
-                        key.clone(),
-                        Pool {
-                            endpoints,
-                            scheduler: svc.scheduler.unwrap_or(ctx.scheduler),
-                            affinity: svc.affinity,
-                            proxy_protocol: svc.proxy_protocol.filter(|_| port.proto == Proto::Tcp),
-                        },
-                    );
-                }
-                let fe = Frontend {
-                    ip,
-                    port: fport,
-                    proto: port.proto,
-                };
-                // First claim wins (services in namespace/name order) when two collide.
-                table.frontends.entry(fe).or_insert(key);
-            }
+            // First claim wins (services in namespace/name order) when two collide.
+            table.frontends.entry(fe).or_insert(key);
         }
     }
-    // Drop frontends whose pool turned out empty.
-    table.frontends.retain(|_, k| table.pools.contains_key(k));
-    table
 }
 
 /// The set of frontends that changed pool or appeared/disappeared between two tables.
@@ -368,6 +394,8 @@ pub fn frontend_diff(old: &Table, new: &Table) -> (Vec<Frontend>, Vec<Frontend>)
         .collect();
     (removed, added)
 }
+
+pub mod incr;
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use ferry_proxy::Scheduler;
 use ferry_proxy::dataplane::{Dataplane, DataplaneConfig};
 use ferry_proxy::model::{self, NodeInfo, ServiceInfo, SliceInfo};
+use ferry_proxy::table::incr::Incremental;
 use ferry_proxy::table::{self, NodeContext};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -30,6 +31,8 @@ struct Harness {
     slices: BTreeMap<Key, SliceInfo>,
     slice_json: BTreeMap<String, Value>,
     ctx: NodeContext,
+    /// The per-Service table the sync loop keeps; the data path gets its deltas.
+    inc: Incremental,
 }
 
 impl Harness {
@@ -39,6 +42,7 @@ impl Harness {
             services: BTreeMap::new(),
             slices: BTreeMap::new(),
             slice_json: BTreeMap::new(),
+            inc: Incremental::default(),
             ctx: NodeContext {
                 name: NODE.into(),
                 labels: BTreeMap::new(),
@@ -49,11 +53,40 @@ impl Harness {
         }
     }
 
+    /// Applies the state as the sync loop does: every Service's part rebuilt, only the
+    /// difference handed to the data path (which must then serve the whole table).
     fn sync(&mut self) {
         let nodes: BTreeMap<String, NodeInfo> = BTreeMap::new();
-        let t = table::build(&self.services, &self.slices, &nodes, &self.ctx);
-        let r = self.dp.apply(&t);
+        let keys: BTreeSet<Key> = self
+            .services
+            .keys()
+            .chain(self.inc.services())
+            .cloned()
+            .collect();
+        let parts: Vec<(Key, table::Table)> = keys
+            .into_iter()
+            .map(|k| {
+                let part = match self.services.get(&k) {
+                    Some(svc) => {
+                        let slices: Vec<&SliceInfo> = self
+                            .slices
+                            .values()
+                            .filter(|s| s.namespace == svc.namespace && s.service == svc.name)
+                            .collect();
+                        table::build_service(svc, &slices, &nodes, &self.ctx)
+                    }
+                    None => table::Table::default(),
+                };
+                (k, part)
+            })
+            .collect();
+        let delta = self.inc.update(parts);
+        let r = self.dp.apply_delta(&delta);
         assert!(r.failed.is_empty(), "{:?}", r.failed);
+        let t = table::build(&self.services, &self.slices, &nodes, &self.ctx);
+        assert_eq!(self.inc.table(), &t);
+        let listening: BTreeSet<_> = t.frontends.keys().copied().collect();
+        assert_eq!(self.dp.listening(), listening);
     }
 
     fn put_slice(&mut self, svc: &str, v: Value) {
