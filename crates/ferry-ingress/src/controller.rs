@@ -1,18 +1,22 @@
 //! The controller: kube-rs reflectors of Ingresses, IngressClasses, Services, EndpointSlices
-//! and TLS Secrets; one coalescing loop rebuilds the route and certificate tables from them,
-//! swaps them into the proxy, writes `status.loadBalancer` and records Events.
+//! and TLS Secrets (each object reduced to the fields the tables read before it is stored);
+//! one coalescing loop rebuilds the route and certificate tables from them (with the Services
+//! and EndpointSlices the Ingresses name), swaps them into the proxy, writes
+//! `status.loadBalancer` and records Events.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{
+    Event, EventSource, ObjectReference, Secret, Service, ServiceSpec,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use rustls::sign::CertifiedKey;
@@ -38,9 +42,12 @@ pub struct Settings {
     pub min_sync: Duration,
 }
 
+/// A store of `api`'s objects, each reduced by `slim` before it is kept, synced with one
+/// streaming list (paged lists when the server refuses it).
 fn spawn_reflector<K>(
     api: Api<K>,
     cfg: watcher::Config,
+    slim: fn(&mut K),
     notify: Arc<Notify>,
     stop: CancellationToken,
 ) -> Store<K>
@@ -54,7 +61,9 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher::watcher(api, cfg)).default_backoff();
+    let kind = format!("ingress {}", K::kind(&()));
+    let watch = ferry_kubeclient::watch::stream(api, cfg, kind).modify(slim);
+    let stream = reflector::reflector(writer, watch).default_backoff();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         loop {
@@ -75,6 +84,104 @@ fn key<K: ResourceExt>(o: &K) -> Key {
     (o.namespace().unwrap_or_default(), o.name_any())
 }
 
+/// What no store keeps: `managedFields` and kubectl's copy of the applied object.
+fn slim_meta(m: &mut ObjectMeta) {
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            m.annotations = None;
+        }
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn slim_ingress(i: &mut Ingress) {
+    slim_meta(&mut i.metadata);
+}
+
+fn slim_class(c: &mut IngressClass) {
+    slim_meta(&mut c.metadata);
+}
+
+/// A Service as the route table reads it: name, namespace, type and ports.
+fn slim_service(s: &mut Service) {
+    s.metadata = ObjectMeta {
+        name: s.metadata.name.take(),
+        namespace: s.metadata.namespace.take(),
+        resource_version: s.metadata.resource_version.take(),
+        ..ObjectMeta::default()
+    };
+    s.status = None;
+    if let Some(spec) = s.spec.take() {
+        s.spec = Some(ServiceSpec {
+            type_: spec.type_,
+            ports: spec.ports,
+            ..ServiceSpec::default()
+        });
+    }
+}
+
+/// An EndpointSlice as the route table reads it: its Service, ports, and each endpoint's
+/// addresses and readiness.
+fn slim_slice(s: &mut EndpointSlice) {
+    let service = s
+        .metadata
+        .labels
+        .as_mut()
+        .and_then(|l| l.remove(SERVICE_NAME_LABEL));
+    s.metadata = ObjectMeta {
+        name: s.metadata.name.take(),
+        namespace: s.metadata.namespace.take(),
+        resource_version: s.metadata.resource_version.take(),
+        labels: service.map(|v| [(SERVICE_NAME_LABEL.to_string(), v)].into()),
+        ..ObjectMeta::default()
+    };
+    for ep in s.endpoints.iter_mut().flatten() {
+        *ep = Endpoint {
+            addresses: std::mem::take(&mut ep.addresses),
+            conditions: ep.conditions.take(),
+            ..Endpoint::default()
+        };
+    }
+}
+
+/// A TLS Secret as the certificate table reads it: `tls.crt` and `tls.key`.
+fn slim_secret(s: &mut Secret) {
+    slim_meta(&mut s.metadata);
+    s.metadata.labels = None;
+    s.metadata.annotations = None;
+    s.string_data = None;
+    if let Some(d) = s.data.as_mut() {
+        d.retain(|k, _| k == "tls.crt" || k == "tls.key");
+    }
+}
+
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The Services the Ingresses name (default backends and rule backends, in the Ingress's
+/// namespace): the only ones the route table looks up.
+fn referenced_services<'a>(ingresses: impl IntoIterator<Item = &'a Ingress>) -> BTreeSet<Key> {
+    let mut out = BTreeSet::new();
+    for ing in ingresses {
+        let ns = ing.namespace().unwrap_or_default();
+        let Some(spec) = ing.spec.as_ref() else {
+            continue;
+        };
+        let rules = spec.rules.iter().flatten();
+        let paths = rules
+            .filter_map(|r| r.http.as_ref())
+            .flat_map(|h| h.paths.iter().map(|p| &p.backend));
+        for b in spec.default_backend.iter().chain(paths) {
+            if let Some(svc) = &b.service {
+                out.insert((ns.clone(), svc.name.clone()));
+            }
+        }
+    }
+    out
+}
+
 struct Stores {
     ingresses: Store<Ingress>,
     classes: Store<IngressClass>,
@@ -84,6 +191,8 @@ struct Stores {
 }
 
 impl Stores {
+    /// The route table's inputs: every Ingress and IngressClass, and of the Services and
+    /// EndpointSlices (10,000s in a large cluster) only those of Services an Ingress names.
     fn inputs(&self) -> (Inputs, BTreeMap<Key, Secret>) {
         let mut i = Inputs {
             ingresses: self
@@ -95,17 +204,21 @@ impl Stores {
             classes: self.classes.state().iter().map(|o| (**o).clone()).collect(),
             ..Default::default()
         };
-        for s in self.services.state() {
-            i.services.insert(key(s.as_ref()), (*s).clone());
+        let wanted = referenced_services(&i.ingresses);
+        for k in &wanted {
+            let r = ObjectRef::new(&k.1).within(&k.0);
+            if let Some(s) = self.services.get(&r) {
+                i.services.insert(k.clone(), (*s).clone());
+            }
         }
         for s in self.slices.state() {
-            let Some(svc) = s.labels().get("kubernetes.io/service-name") else {
+            let Some(svc) = s.labels().get(SERVICE_NAME_LABEL) else {
                 continue;
             };
-            i.slices
-                .entry((s.namespace().unwrap_or_default(), svc.clone()))
-                .or_default()
-                .push((*s).clone());
+            let k = (s.namespace().unwrap_or_default(), svc.clone());
+            if wanted.contains(&k) {
+                i.slices.entry(k).or_default().push((*s).clone());
+            }
         }
         let secrets = self
             .secrets
@@ -131,30 +244,35 @@ pub async fn run(
         ingresses: spawn_reflector(
             Api::all(client.clone()),
             all(),
+            slim_ingress,
             notify.clone(),
             stop.clone(),
         ),
         classes: spawn_reflector(
             Api::all(client.clone()),
             all(),
+            slim_class,
             notify.clone(),
             stop.clone(),
         ),
         services: spawn_reflector(
             Api::all(client.clone()),
             all(),
+            slim_service,
             notify.clone(),
             stop.clone(),
         ),
         slices: spawn_reflector(
             Api::all(client.clone()),
             all(),
+            slim_slice,
             notify.clone(),
             stop.clone(),
         ),
         secrets: spawn_reflector(
             Api::all(client.clone()),
             all().fields("type=kubernetes.io/tls"),
+            slim_secret,
             notify.clone(),
             stop.clone(),
         ),
@@ -323,4 +441,99 @@ fn record(client: &Client, ing: &Ingress, type_: &str, reason: &str, message: St
             tracing::debug!("event: {e}");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_the_services_ingresses_name_are_inputs() {
+        let ings: Vec<Ingress> = vec![
+            obj(
+                json!({"metadata": {"name": "a", "namespace": "x"}, "spec": {
+                "defaultBackend": {"service": {"name": "def", "port": {"number": 80}}},
+                "rules": [{"host": "a.test", "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}},
+                    {"path": "/r", "pathType": "Prefix", "backend": {"resource": {"kind": "Bucket", "name": "b"}}}
+                ]}}, {"host": "b.test"}]}}),
+            ),
+            obj(
+                json!({"metadata": {"name": "b", "namespace": "y"}, "spec": {"rules": [{"http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 8080}}}}
+                ]}}]}}),
+            ),
+            obj(json!({"metadata": {"name": "c", "namespace": "z"}})),
+        ];
+        let want: Vec<Key> = [("x", "def"), ("x", "web"), ("y", "web")]
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        assert_eq!(
+            referenced_services(&ings).into_iter().collect::<Vec<_>>(),
+            want
+        );
+    }
+
+    #[test]
+    fn stored_objects_keep_what_the_tables_read() {
+        let mut svc: Service = obj(json!({
+            "metadata": {"name": "web", "namespace": "x", "resourceVersion": "5", "labels": {"a": "b"},
+                "annotations": {LAST_APPLIED: "{}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.96.0.10", "selector": {"app": "web"},
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {}}}));
+        slim_service(&mut svc);
+        assert_eq!(
+            serde_json::to_value(&svc).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "x", "resourceVersion": "5"},
+                "spec": {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}})
+        );
+
+        let mut slice: EndpointSlice = obj(json!({
+            "metadata": {"name": "web-abc", "namespace": "x", "generateName": "web-",
+                "labels": {SERVICE_NAME_LABEL: "web", "endpointslice.kubernetes.io/managed-by": "c"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": "web", "uid": "u"}]},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": false}, "nodeName": "n1",
+                "targetRef": {"kind": "Pod", "name": "p"}, "zone": "z"}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}));
+        slim_slice(&mut slice);
+        assert_eq!(
+            serde_json::to_value(&slice).unwrap(),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": "web-abc", "namespace": "x", "labels": {SERVICE_NAME_LABEL: "web"}},
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": false}}],
+                "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
+        );
+
+        let mut secret: Secret = obj(json!({
+            "metadata": {"name": "tls", "namespace": "x", "annotations": {LAST_APPLIED: "{\"data\": {}}"}},
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": "Yw==", "tls.key": "aw==", "ca.crt": "Yw==", "other": "bw=="}}));
+        slim_secret(&mut secret);
+        assert!(secret.metadata.annotations.is_none());
+        let keys: Vec<&String> = secret.data.as_ref().unwrap().keys().collect();
+        assert_eq!(keys, ["tls.crt", "tls.key"]);
+
+        let mut ing: Ingress = obj(json!({"metadata": {"name": "a", "namespace": "x",
+            "annotations": {LAST_APPLIED: "{}", LEGACY: "ferry"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}]}}));
+        slim_ingress(&mut ing);
+        assert!(ing.metadata.managed_fields.is_none());
+        assert_eq!(
+            ing.metadata.annotations.unwrap().keys().collect::<Vec<_>>(),
+            [LEGACY]
+        );
+    }
+
+    const LEGACY: &str = routes::LEGACY_CLASS_ANNOTATION;
 }

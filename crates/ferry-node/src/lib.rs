@@ -393,9 +393,12 @@ pub async fn start(
     let rt2 = rt.clone();
     let done = tokio::spawn(async move {
         let pods: Api<Pod> = Api::all(client);
+        // Only this node's pods (field-selected by the server, as kubelet's watch), synced
+        // with one streaming list (paged lists when the server refuses it).
         let cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-        let mut stream = watcher(pods, cfg).boxed();
+        let mut stream = ferry_kubeclient::watch::stream(pods, cfg, "agent Pod").boxed();
         let mut seen_in_init: Option<std::collections::HashSet<String>> = None;
+        let mut listed = false;
         loop {
             let ev = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -410,6 +413,13 @@ pub async fn start(
                     rt2.apply(p);
                 }
                 Some(Ok(watcher::Event::InitDone)) => {
+                    if !listed {
+                        listed = true;
+                        tracing::info!(
+                            "agent {node_name}: pods listed ({} bound to this node)",
+                            seen_in_init.as_ref().map_or(0, |s| s.len())
+                        );
+                    }
                     if let Some(seen) = seen_in_init.take() {
                         let known: Vec<String> = rt2
                             .pods

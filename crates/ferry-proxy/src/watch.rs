@@ -1,6 +1,8 @@
-//! kube-rs watches of Services, EndpointSlices and Nodes feeding the [`Tracker`]. Only changes
-//! of the projections queue a sync (a Node heartbeat does not). On errors the watcher backs off
-//! and retries while the proxy keeps serving its last table.
+//! kube-rs watches of Services, EndpointSlices and Nodes feeding the [`Tracker`], each synced
+//! with one streaming list (paged lists when the server refuses it, see
+//! [`ferry_kubeclient::watch`]). Only changes of the projections queue a sync (a Node heartbeat
+//! does not). On errors the watcher backs off and retries while the proxy keeps serving its
+//! last table.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -130,9 +132,13 @@ where
     K::DynamicType: Default,
 {
     run_stream(
-        watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed(),
+        ferry_kubeclient::watch::stream(
+            api,
+            watcher::Config::default(),
+            format!("proxy {:?}", K::KIND),
+        )
+        .default_backoff()
+        .boxed(),
         tracker,
     )
     .await;
@@ -166,7 +172,7 @@ pub fn spawn(client: Client, tracker: Arc<Tracker>) -> Vec<tokio::task::JoinHand
     let services: Api<DynamicObject> = Api::all_with(client.clone(), &svc_ar);
     vec![
         tokio::spawn(run_stream(
-            watcher::watcher(services, watcher::Config::default())
+            ferry_kubeclient::watch::stream(services, watcher::Config::default(), "proxy Service")
                 .default_backoff()
                 .boxed(),
             tracker.clone(),

@@ -700,6 +700,12 @@ async fn start_netns(
         }
     }
 
+    // NetworkPolicy: one set of watches (made here, as DNS's) feeds every node's sync loop.
+    let netpol_tracker = ferry_netpol::agent::watch(
+        ferry_kubeclient::client(Some(&ids.netpol)).await?,
+        shutdown.child_token(),
+    );
+
     // Ingress: one controller; listeners on every node's addresses, inside its namespace.
     let ingress_ports = netns_ingress_ports(a);
     let ingress = start_netns_ingress(running, &ids.ingress, &plan, ingress_ports, shutdown).await;
@@ -812,7 +818,7 @@ async fn start_netns(
         let name = node.name.clone();
         // NetworkPolicy enforcement of this node: Ferry's own nftables table in the node's
         // namespace, kept in line by watches and one sync loop.
-        let netpol_client = cluster_client(&ids.netpol, &plan, api_port).await?;
+        let netpol_tracker = netpol_tracker.clone();
         let mut netpol_cfg = ferry_netpol::agent::AgentConfig::new(
             node.name.clone(),
             ferry_netpol::apply::Target {
@@ -831,7 +837,7 @@ async fn start_netns(
                         }
                     };
                 let _netpol =
-                    ferry_netpol::agent::start(netpol_client, netpol_cfg, stop.child_token());
+                    ferry_netpol::agent::start_node(netpol_tracker, netpol_cfg, stop.child_token());
                 let mut dns_tasks = Vec::new();
                 if let Some((index, metrics, cfg)) = dns {
                     for listen in dns_listens {
