@@ -17,10 +17,15 @@ use crate::rv;
 use crate::status::{ApiError, success_status};
 use crate::table;
 
+mod binding;
+pub mod deletion;
 mod filter;
 mod list;
+mod namespace;
+pub mod strategy;
 
 pub use filter::Filter;
+pub use strategy::RestStrategy;
 
 /// One served resource: its strategy and where it lives in the store.
 pub struct Resource {
@@ -36,6 +41,10 @@ pub struct Resource {
 impl Resource {
     pub fn info(&self) -> &'static KindInfo {
         self.strategy.info()
+    }
+    /// The kind's REST hooks ([`strategy::REGISTRY`]).
+    pub fn rest(&self) -> &'static dyn RestStrategy {
+        strategy::for_kind(self.info())
     }
     pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
         match namespace {
@@ -124,10 +133,6 @@ pub struct Api {
     pub crds: crate::crd::Registry,
     /// ClusterIP and NodePort allocation for Services.
     pub services: crate::alloc::ServiceAlloc,
-}
-
-fn is_service(info: &KindInfo) -> bool {
-    info.group.is_empty() && info.kind == "Service"
 }
 
 /// How a write treats unknown fields.
@@ -380,7 +385,13 @@ impl Api {
         Ok(decoded.object)
     }
 
-    async fn check_namespace(&self, res: &Resource, ns: Option<&str>) -> Result<(), ApiError> {
+    /// 404 when the namespace of a namespaced object does not exist, 403 when it is being
+    /// terminated (upstream's NamespaceLifecycle admission).
+    pub(crate) async fn check_namespace(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+    ) -> Result<(), ApiError> {
         if !res.info().namespaced {
             return Ok(());
         }
@@ -507,34 +518,20 @@ impl Api {
         }
         res.strategy.prepare_create(&mut obj);
         res.strategy.default(&mut obj);
-        if info.group.is_empty() && info.kind == "Pod" {
-            // NamespaceLifecycle comes before ServiceAccount in upstream's chain.
-            self.check_namespace(res, url_ns.as_deref()).await?;
-            crate::admission::service_account(
-                self,
-                &mut obj,
-                url_ns.as_deref().unwrap_or(""),
-                &requested_name,
-            )
-            .await?;
-        }
+        // Admission and allocation of the kind (a Pod's ServiceAccount, a Service's addresses
+        // and node ports claimed in the store before validation and the write, released if
+        // either fails).
+        let rest = res.rest();
+        let cx = strategy::CreateContext {
+            api: self,
+            res,
+            namespace: url_ns.as_deref(),
+            requested_name: &requested_name,
+            dry_run,
+        };
+        let txn = rest.admit_create(cx, &mut obj).await?;
         let name = objects::name(&obj).to_string();
         let key = res.key(url_ns.as_deref(), &name);
-        // Services: addresses and node ports are claimed in the store before validation and
-        // the write (upstream's BeginCreate), and released if either fails.
-        let txn = if is_service(info) && !name.is_empty() {
-            self.check_namespace(res, url_ns.as_deref()).await?;
-            if self.store.get(&key).await?.is_some() {
-                return Err(ApiError::already_exists(info, &name));
-            }
-            Some(
-                self.services
-                    .allocate_create(self.store.as_ref(), &mut obj, dry_run)
-                    .await?,
-            )
-        } else {
-            None
-        };
         let mut errs = res.strategy.validate(&obj, None);
         if name.is_empty() && errs.is_empty() {
             errs.push(ferry_api::errors::FieldError::required(
@@ -615,7 +612,7 @@ impl Api {
                 p,
                 q,
                 precondition,
-                allow_create_on_update(res.info()),
+                res.rest().allow_create_on_update(),
                 move |_old| Ok(new.clone()),
                 sub.as_deref(),
                 true,
@@ -639,6 +636,7 @@ impl Api {
         record_update: bool,
     ) -> ApiResult {
         let info = res.info();
+        let rest = res.rest();
         let name = p.name.clone().unwrap_or_default();
         let key = res.key(p.namespace.as_deref(), &name);
         let dry_run = q.dry_run()?;
@@ -716,9 +714,7 @@ impl Api {
                     }
                     res.strategy.prepare_update(&mut new, &old);
                     res.strategy.default(&mut new);
-                    if is_service(info) {
-                        crate::alloc::prepare_update(&mut new, &old);
-                    }
+                    rest.prepare_update(&mut new, &old);
                     if info.generation && objects::spec_part(&new) != objects::spec_part(&old) {
                         let g = objects::meta(&old)
                             .and_then(|m| m.get("generation"))
@@ -730,12 +726,7 @@ impl Api {
                         .strategy
                         .validate(&new, Some(&old))
                         .into_iter()
-                        // Filled in by allocation below (and validated again then).
-                        .filter(|e| {
-                            !(is_service(info)
-                                && e.field == "spec.healthCheckNodePort"
-                                && e.kind == ferry_api::errors::ErrorType::Required)
-                        })
+                        .filter(|e| !rest.deferred(e))
                         .collect();
                 }
             }
@@ -756,15 +747,13 @@ impl Api {
             // Removing the last finalizer of an object being deleted deletes it; a pod in
             // graceful termination stays until its agent deletes it with grace 0 (upstream's
             // ShouldDeleteDuringUpdate).
-            if objects::is_deleting(&new)
-                && new
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0)
-                    == 0
-                && objects::finalizers(&new).is_empty()
-                && spec_finalizers(info, &new).is_empty()
-            {
+            if deletion::finalized(
+                objects::is_deleting(&new),
+                new.pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64),
+                &objects::finalizers(&new),
+                &rest.spec_finalizers(&new),
+            ) {
                 if dry_run {
                     return Ok(Reply::json(200, &new));
                 }
@@ -775,17 +764,9 @@ impl Api {
                 return Ok(Reply::json(200, &new));
             }
             // Services: claim new addresses / node ports before the write, free unused after.
-            let txn = if is_service(info) && subresource.is_none() {
-                let txn = self
-                    .services
-                    .allocate_update(self.store.as_ref(), &mut new, &old, dry_run)
-                    .await?;
-                let errs = res.strategy.validate(&new, Some(&old));
-                if !errs.is_empty() {
-                    txn.rollback().await;
-                    return Err(ApiError::invalid(info, &name, &errs));
-                }
-                Some(txn)
+            let txn = if subresource.is_none() {
+                rest.begin_update(self, res, &mut new, &old, dry_run)
+                    .await?
             } else {
                 None
             };
@@ -847,9 +828,7 @@ impl Api {
         let Some((_, rev)) = cas(self.store.delete(key, Some(expected)).await, info, name)? else {
             return Ok(None);
         };
-        if is_service(info) {
-            self.services.release(self.store.as_ref(), last).await;
-        }
+        res.rest().after_remove(self, last).await;
         Ok(Some(rev))
     }
 
@@ -910,90 +889,55 @@ impl Api {
                     ),
                 ));
             }
-            let mut finalizers = objects::finalizers(&obj);
-            let before = finalizers.clone();
-            match opts.propagation.as_deref() {
-                Some("Foreground") => {
-                    finalizers.retain(|f| f != "orphan");
-                    if !finalizers.iter().any(|f| f == "foregroundDeletion") {
-                        finalizers.push("foregroundDeletion".into());
+            let finalizers = objects::finalizers(&obj);
+            let spec_finalizers = res.rest().spec_finalizers(&obj);
+            let plan = deletion::plan(&deletion::DeleteRequest {
+                finalizers: &finalizers,
+                spec_finalizers: &spec_finalizers,
+                propagation: opts.propagation.as_deref(),
+                graceful: res.rest().graceful_delete(&obj, opts.grace_period),
+                deleting: objects::is_deleting(&obj),
+                current_grace: objects::meta(&obj)
+                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
+                    .and_then(Value::as_i64),
+            });
+            // Deferred deletion marks the object; finalizers (or the node agent) finish it.
+            let (finalizers, code) = match plan {
+                deletion::DeletePlan::Remove => {
+                    if opts.dry_run {
+                        return Ok(delete_reply(info, &obj, true));
                     }
-                }
-                Some("Orphan") => {
-                    finalizers.retain(|f| f != "foregroundDeletion");
-                    if !finalizers.iter().any(|f| f == "orphan") {
-                        finalizers.push("orphan".into());
-                    }
-                }
-                Some("Background") => {
-                    finalizers.retain(|f| f != "foregroundDeletion" && f != "orphan");
-                }
-                _ => {}
-            }
-            // Pods bound to a node terminate gracefully: the node agent deletes them.
-            let graceful = info.group.is_empty()
-                && info.kind == "Pod"
-                && obj
-                    .pointer("/spec/nodeName")
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| !n.is_empty())
-                && !is_terminal_pod(&obj);
-            let grace = if graceful {
-                opts.grace_period.unwrap_or_else(|| {
-                    obj.pointer("/spec/terminationGracePeriodSeconds")
-                        .and_then(Value::as_i64)
-                        .unwrap_or(30)
-                })
-            } else {
-                0
-            };
-            let already_deleting = objects::is_deleting(&obj);
-            if finalizers.is_empty() && grace == 0 && spec_finalizers(info, &obj).is_empty() {
-                if opts.dry_run {
+                    let Some(rev) = self.remove(res, &key, kv.mod_revision, &obj, &name).await?
+                    else {
+                        continue;
+                    };
+                    set_resource_version(&mut obj, rev);
                     return Ok(delete_reply(info, &obj, true));
                 }
-                let Some(rev) = self.remove(res, &key, kv.mod_revision, &obj, &name).await? else {
-                    continue;
-                };
-                set_resource_version(&mut obj, rev);
-                return Ok(delete_reply(info, &obj, true));
-            }
-            // Deferred deletion: mark the object; finalizers (or the node agent) finish it.
-            if already_deleting && finalizers == before && grace != 0 {
-                // Shortening an existing grace period is allowed, lengthening is not.
-                let cur = objects::meta(&obj)
-                    .and_then(|m| m.get("deletionGracePeriodSeconds"))
-                    .and_then(Value::as_i64);
-                if cur.is_some_and(|c| grace >= c) {
-                    return Ok(Reply::json(200, &obj));
+                deletion::DeletePlan::Unchanged { code } => return Ok(Reply::json(code, &obj)),
+                deletion::DeletePlan::Mark {
+                    finalizers,
+                    grace,
+                    set_timestamp,
+                    code,
+                } => {
+                    let m = meta_mut(&mut obj);
+                    if set_timestamp {
+                        m.insert(
+                            "deletionTimestamp".into(),
+                            json!(objects::rfc3339_in(grace)),
+                        );
+                    }
+                    m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+                    if let Some(g) = m.get("generation").and_then(Value::as_i64)
+                        && info.generation
+                    {
+                        m.insert("generation".into(), json!(g + 1));
+                    }
+                    m.remove("resourceVersion");
+                    (finalizers, code)
                 }
-            }
-            if already_deleting && finalizers == before && grace == 0 {
-                return Ok(Reply::json(
-                    if opts.propagation.as_deref() == Some("Foreground") {
-                        202
-                    } else {
-                        200
-                    },
-                    &obj,
-                ));
-            }
-            {
-                let m = meta_mut(&mut obj);
-                if !already_deleting || graceful {
-                    m.insert(
-                        "deletionTimestamp".into(),
-                        json!(objects::rfc3339_in(grace)),
-                    );
-                }
-                m.insert("deletionGracePeriodSeconds".into(), json!(grace));
-                if let Some(g) = m.get("generation").and_then(Value::as_i64)
-                    && info.generation
-                {
-                    m.insert("generation".into(), json!(g + 1));
-                }
-                m.remove("resourceVersion");
-            }
+            };
             objects::set_finalizers(&mut obj, &finalizers);
             if opts.dry_run {
                 return Ok(Reply::json(200, &obj));
@@ -1010,11 +954,6 @@ impl Api {
                 continue;
             };
             set_resource_version(&mut obj, nkv.mod_revision);
-            let code = if opts.propagation.as_deref() == Some("Foreground") {
-                202
-            } else {
-                200
-            };
             return Ok(Reply::json(code, &obj));
         }
         Err(ApiError::conflict(info, &name))
@@ -1284,202 +1223,6 @@ impl Api {
     }
 }
 
-/// A Namespace's `spec.finalizers` (which also hold its deletion); empty for other kinds.
-fn spec_finalizers(info: &KindInfo, v: &Value) -> Vec<String> {
-    if !(info.group.is_empty() && info.kind == "Namespace") {
-        return Vec::new();
-    }
-    v.pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-impl Api {
-    /// `PUT /api/v1/namespaces/<name>/finalize`: replaces `spec.finalizers`.
-    pub async fn finalize_namespace(
-        &self,
-        res: &Resource,
-        p: &ResourcePath,
-        q: &Query,
-        body: Value,
-    ) -> ApiResult {
-        let wanted = body
-            .pointer("/spec/finalizers")
-            .cloned()
-            .unwrap_or(json!([]));
-        self.write_spec_finalizers(res, p, q, wanted).await
-    }
-
-    /// Removes the `kubernetes` finalizer of a terminating Namespace (namespace lifecycle).
-    pub async fn finalize(&self, res: &Resource, p: &ResourcePath) -> ApiResult {
-        let key = res.key(None, p.name.as_deref().unwrap_or(""));
-        let Some(kv) = self.store.get(&key).await? else {
-            return Err(ApiError::not_found(
-                res.info(),
-                p.name.as_deref().unwrap_or(""),
-            ));
-        };
-        let v: Value =
-            serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
-        let rest: Vec<String> = spec_finalizers(res.info(), &v)
-            .into_iter()
-            .filter(|f| f != "kubernetes")
-            .collect();
-        self.write_spec_finalizers(res, p, &Query::default(), json!(rest))
-            .await
-    }
-
-    /// `POST pods/<name>/binding`: sets `spec.nodeName` once (409 when already assigned) and the
-    /// `PodScheduled` condition, as upstream's binding REST storage.
-    pub async fn bind_pod(
-        &self,
-        res: &Resource,
-        p: &ResourcePath,
-        q: &Query,
-        body: Value,
-    ) -> ApiResult {
-        let info = res.info();
-        let name = p.name.clone().unwrap_or_default();
-        let node = body
-            .pointer("/target/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        if node.is_empty() {
-            return Err(ApiError::invalid(
-                info,
-                &name,
-                &[ferry_api::errors::FieldError::required(
-                    ferry_api::errors::Path::new("target").child("name"),
-                    "",
-                )],
-            ));
-        }
-        let key = res.key(p.namespace.as_deref(), &name);
-        for _ in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Err(ApiError::not_found(info, &name));
-            };
-            let mut v: Value =
-                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
-            if objects::is_deleting(&v) {
-                return Err(ApiError::conflict_msg(
-                    info,
-                    &name,
-                    &format!("pod {name} is being deleted, cannot be assigned to a host"),
-                ));
-            }
-            let cur = v
-                .pointer("/spec/nodeName")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if !cur.is_empty() {
-                return Err(ApiError::conflict_msg(
-                    info,
-                    &name,
-                    &format!("pod {name} is already assigned to node {cur:?}"),
-                ));
-            }
-            v["spec"]["nodeName"] = json!(node);
-            if !v.get("status").is_some_and(Value::is_object) {
-                v["status"] = json!({});
-            }
-            let mut conds: Vec<Value> = v["status"]
-                .get("conditions")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            conds.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
-            conds.push(json!({"type": "PodScheduled", "status": "True",
-                "lastProbeTime": null, "lastTransitionTime": objects::rfc3339_in(0)}));
-            v["status"]["conditions"] = json!(conds);
-            if q.dry_run()? {
-                return Ok(Reply::json(
-                    201,
-                    &json!({"kind": "Status", "apiVersion": "v1",
-                    "metadata": {}, "status": "Success", "code": 201}),
-                ));
-            }
-            let bytes =
-                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            let Some(_) = cas(
-                self.store.update(&key, bytes, kv.mod_revision).await,
-                info,
-                &name,
-            )?
-            else {
-                continue;
-            };
-            return Ok(Reply::json(
-                201,
-                &json!({"kind": "Status", "apiVersion": "v1",
-                    "metadata": {}, "status": "Success", "code": 201}),
-            ));
-        }
-        Err(ApiError::conflict(info, &name))
-    }
-
-    async fn write_spec_finalizers(
-        &self,
-        res: &Resource,
-        p: &ResourcePath,
-        q: &Query,
-        wanted: Value,
-    ) -> ApiResult {
-        let info = res.info();
-        let name = p.name.clone().unwrap_or_default();
-        let key = res.key(None, &name);
-        for _ in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Err(ApiError::not_found(info, &name));
-            };
-            let mut v: Value =
-                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
-            if !v.get("spec").is_some_and(Value::is_object) {
-                v["spec"] = json!({});
-            }
-            v["spec"]["finalizers"] = wanted.clone();
-            if q.dry_run()? {
-                set_resource_version(&mut v, kv.mod_revision);
-                return Ok(Reply::json(200, &v));
-            }
-            if objects::is_deleting(&v)
-                && objects::finalizers(&v).is_empty()
-                && spec_finalizers(info, &v).is_empty()
-            {
-                let Some((_, rev)) = cas(
-                    self.store.delete(&key, Some(kv.mod_revision)).await,
-                    info,
-                    &name,
-                )?
-                else {
-                    continue;
-                };
-                set_resource_version(&mut v, rev);
-                return Ok(Reply::json(200, &v));
-            }
-            let bytes =
-                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            let Some(nkv) = cas(
-                self.store.update(&key, bytes, kv.mod_revision).await,
-                info,
-                &name,
-            )?
-            else {
-                continue;
-            };
-            set_resource_version(&mut v, nkv.mod_revision);
-            return Ok(Reply::json(200, &v));
-        }
-        Err(ApiError::conflict(info, &name))
-    }
-}
-
 /// One compare-and-swap write's outcome: `Ok(Some(x))` written, `Ok(None)` another writer won
 /// (re-read and try again), `Err` the final answer (404 when the object went away).
 fn cas<T>(r: ferry_store::Result<T>, info: &KindInfo, name: &str) -> Result<Option<T>, ApiError> {
@@ -1513,19 +1256,6 @@ fn strip_managed_time(v: &Value) -> Value {
         }
     }
     c
-}
-
-fn is_terminal_pod(v: &Value) -> bool {
-    matches!(
-        v.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn allow_create_on_update(info: &KindInfo) -> bool {
-    info.group.is_empty() && matches!(info.kind, "Endpoints" | "Event")
-        || (info.group == "coordination.k8s.io" && info.kind == "Lease")
-        || (info.group == "events.k8s.io")
 }
 
 fn check_name_matches(

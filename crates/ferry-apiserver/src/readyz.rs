@@ -5,8 +5,25 @@
 
 use std::sync::{Arc, RwLock};
 
+/// Why a check fails: the reason `?verbose` shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(pub String);
+
+impl From<&str> for NotReady {
+    fn from(s: &str) -> Self {
+        NotReady(s.to_string())
+    }
+}
+
+impl From<String> for NotReady {
+    fn from(s: String) -> Self {
+        NotReady(s)
+    }
+}
+
 /// A check: `Ok` when ready, `Err(reason)` otherwise.
-pub type CheckFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+pub type CheckFn = Arc<dyn Fn() -> Result<(), NotReady> + Send + Sync>;
 
 /// The registered checks, in registration order.
 #[derive(Clone, Default)]
@@ -14,7 +31,7 @@ pub struct Checks(Arc<RwLock<Vec<(String, CheckFn)>>>);
 
 impl Checks {
     /// Adds (or replaces) the check `name`.
-    pub fn add(&self, name: &str, f: impl Fn() -> Result<(), String> + Send + Sync + 'static) {
+    pub fn add(&self, name: &str, f: impl Fn() -> Result<(), NotReady> + Send + Sync + 'static) {
         let mut g = self.0.write().unwrap_or_else(|p| p.into_inner());
         let f: CheckFn = Arc::new(f);
         match g.iter_mut().find(|(n, _)| n == name) {
@@ -24,7 +41,7 @@ impl Checks {
     }
 
     /// Runs every check.
-    pub fn run(&self) -> Vec<(String, Result<(), String>)> {
+    pub fn run(&self) -> Vec<(String, Result<(), NotReady>)> {
         let list: Vec<(String, CheckFn)> = self
             .0
             .read()
@@ -38,7 +55,7 @@ impl Checks {
 
 /// The answer to `GET /readyz[/name][?query]`: status code and text body (pure).
 pub fn render(
-    results: &[(String, Result<(), String>)],
+    results: &[(String, Result<(), NotReady>)],
     only: Option<&str>,
     query: Option<&str>,
 ) -> (u16, String) {
@@ -93,7 +110,7 @@ pub fn render(
 mod tests {
     use super::*;
 
-    fn results(dns: Result<(), String>) -> Vec<(String, Result<(), String>)> {
+    fn results(dns: Result<(), NotReady>) -> Vec<(String, Result<(), NotReady>)> {
         vec![
             ("ping".into(), Ok(())),
             ("ferry-dns".into(), dns),
@@ -142,6 +159,6 @@ mod tests {
         c.add("a", || Err("replaced".into()));
         let r = c.run();
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0], ("a".to_string(), Err("replaced".to_string())));
+        assert_eq!(r[0], ("a".to_string(), Err(NotReady("replaced".into()))));
     }
 }

@@ -40,23 +40,29 @@ fn list_options_invalid(field: &str, reason: &str, message: String) -> ApiError 
     }))
 }
 
-/// Parses a non-empty, non-"0" resourceVersion; the error is upstream's field error text
+/// A resourceVersion that is not a revision; `Display` is upstream's field error text
 /// (callers wrap it: 400 on lists, 422 on watches, as upstream).
-pub fn parse(rv: &str) -> Result<Revision, String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resourceVersion: Invalid value: \"{rv}\": strconv.ParseUint: parsing \"{rv}\": {why}")]
+pub struct InvalidResourceVersion {
+    pub rv: String,
+    pub why: String,
+}
+
+/// Parses a non-empty, non-"0" resourceVersion.
+pub fn parse(rv: &str) -> Result<Revision, InvalidResourceVersion> {
+    let invalid = |why: String| InvalidResourceVersion {
+        rv: rv.to_string(),
+        why,
+    };
     match rv.parse::<u64>() {
-        Ok(n) => Revision::try_from(n).map_err(|e| {
-            format!(
-                "resourceVersion: Invalid value: \"{rv}\": strconv.ParseUint: parsing \"{rv}\": {e}"
-            )
-        }),
+        Ok(n) => Revision::try_from(n).map_err(|e| invalid(e.to_string())),
         Err(e) => {
             let why = match e.kind() {
                 std::num::IntErrorKind::PosOverflow => "value out of range",
                 _ => "invalid syntax",
             };
-            Err(format!(
-                "resourceVersion: Invalid value: \"{rv}\": strconv.ParseUint: parsing \"{rv}\": {why}"
-            ))
+            Err(invalid(why.to_string()))
         }
     }
 }
@@ -253,14 +259,14 @@ pub fn check_list_send_initial(send_initial: Option<&str>) -> Result<(), ApiErro
 }
 
 /// Decides where a watch starts, validating the options as upstream does (the WatchList
-/// feature on). A resourceVersion that does not parse is `Err(Ok(message))` for the caller to
+/// feature on). A resourceVersion that does not parse is `Err(Ok(error))` for the caller to
 /// report on its resource; option errors are `Err(Err(422))`.
 pub fn watch_at(
     rv: &str,
     rv_match: &str,
     send_initial: Option<&str>,
     continue_token: Option<&str>,
-) -> Result<WatchAt, Result<String, ApiError>> {
+) -> Result<WatchAt, Result<InvalidResourceVersion, ApiError>> {
     let send_initial = match send_initial {
         None => None,
         Some(v) => Some(parse_bool(v).ok_or_else(|| {
@@ -546,7 +552,7 @@ mod tests {
         );
         assert_eq!(invalid("", "NotOlderThan", Some("maybe"), None).0, 400);
         assert!(
-            matches!(watch_at("x1", "", None, None), Err(Ok(m)) if m.contains("invalid syntax"))
+            matches!(watch_at("x1", "", None, None), Err(Ok(m)) if m.to_string().contains("invalid syntax"))
         );
         assert_eq!(
             check_list_send_initial(Some("true")).map_err(|e| e.message),

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferry_apiserver::readyz::NotReady;
 use tokio_util::sync::CancellationToken;
 
 /// First restart delay.
@@ -49,7 +50,10 @@ pub fn set_checks(c: ferry_apiserver::readyz::Checks) {
 }
 
 /// Registers (or replaces) a readiness check, if the API server runs in this process.
-pub fn add_check(name: &str, f: impl Fn() -> Result<(), String> + Send + Sync + 'static) {
+pub fn add_check(
+    name: &str,
+    f: impl Fn() -> Result<(), NotReady> + Send + Sync + 'static,
+) {
     if let Some(c) = CHECKS.get() {
         c.add(name, f);
     }
@@ -74,10 +78,10 @@ impl Component {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
     /// `Ok` while running (the readiness check of the component).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NotReady> {
         match self.state() {
             State::Running => Ok(()),
-            State::Failed(r) => Err(r),
+            State::Failed(r) => Err(NotReady(r)),
             State::Stopped => Err("stopped".into()),
         }
     }
@@ -197,7 +201,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(500)).await;
         let e = c.check().unwrap_err();
-        assert!(e.contains("cannot listen on 127.0.0.1:53"), "{e}");
+        assert!(e.0.contains("cannot listen on 127.0.0.1:53"), "{e}");
         stop.cancel();
         h.await.unwrap();
     }

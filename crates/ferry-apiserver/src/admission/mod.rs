@@ -139,5 +139,5 @@ pub async fn node_restriction(
         existing: existing.as_ref(),
     };
     noderestriction::decide(&write)
-        .map_err(|reason| forbidden(info.plural, info.group, &name, &reason))
+        .map_err(|reason| forbidden(info.plural, info.group, &name, &reason.0))
 }

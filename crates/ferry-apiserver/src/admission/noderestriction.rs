@@ -48,8 +48,25 @@ fn node_name_of(pod: Option<&Value>) -> &str {
         .unwrap_or("")
 }
 
-/// `Ok` when the write is allowed; otherwise the reason (worded as upstream's).
-pub fn decide(w: &Write) -> Result<(), String> {
+/// Why NodeRestriction refuses a write (worded as upstream's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Denied(pub String);
+
+impl From<&str> for Denied {
+    fn from(s: &str) -> Self {
+        Denied(s.to_string())
+    }
+}
+
+impl From<String> for Denied {
+    fn from(s: String) -> Self {
+        Denied(s)
+    }
+}
+
+/// `Ok` when the write is allowed; otherwise the reason.
+pub fn decide(w: &Write) -> Result<(), Denied> {
     let node = w.node;
     match (w.group, w.resource) {
         ("", "pods") => match (w.subresource, w.operation) {
@@ -62,12 +79,13 @@ pub fn decide(w: &Write) -> Result<(), String> {
                 if !mirror {
                     return Err(format!(
                         "pod does not have \"{MIRROR_POD_ANNOTATION}\" annotation, node \"{node}\" can only create mirror pods"
-                    ));
+                    ).into());
                 }
                 if node_name_of(pod) != node {
                     return Err(format!(
                         "node \"{node}\" can only create pods with spec.nodeName set to itself"
-                    ));
+                    )
+                    .into());
                 }
                 Ok(())
             }
@@ -75,16 +93,17 @@ pub fn decide(w: &Write) -> Result<(), String> {
                 if node_name_of(w.existing) != node {
                     return Err(format!(
                         "node \"{node}\" can only delete pods with spec.nodeName set to itself"
-                    ));
+                    )
+                    .into());
                 }
                 Ok(())
             }
-            ("", Operation::Update) => Err("unexpected operation UPDATE".to_string()),
+            ("", Operation::Update) => Err("unexpected operation UPDATE".into()),
             ("status", _) => {
                 if node_name_of(w.existing) != node {
                     return Err(format!(
                         "node \"{node}\" can only update pod status for pods with spec.nodeName set to itself"
-                    ));
+                    ).into());
                 }
                 Ok(())
             }
@@ -92,7 +111,8 @@ pub fn decide(w: &Write) -> Result<(), String> {
                 if node_name_of(w.existing) != node {
                     return Err(format!(
                         "node \"{node}\" can only evict pods with spec.nodeName set to itself"
-                    ));
+                    )
+                    .into());
                 }
                 Ok(())
             }
@@ -103,7 +123,8 @@ pub fn decide(w: &Write) -> Result<(), String> {
                 return Err(format!(
                     "node \"{node}\" is not allowed to modify node \"{}\"",
                     w.name
-                ));
+                )
+                .into());
             }
             Ok(())
         }
@@ -111,7 +132,8 @@ pub fn decide(w: &Write) -> Result<(), String> {
             if w.namespace != NODE_LEASE_NAMESPACE {
                 return Err(format!(
                     "can only access leases in the \"{NODE_LEASE_NAMESPACE}\" system namespace"
-                ));
+                )
+                .into());
             }
             if w.name != node {
                 return Err(
@@ -198,8 +220,8 @@ mod tests {
         let mirror_other = json!({"metadata": {"annotations": {MIRROR_POD_ANNOTATION: "x"}}, "spec": {"nodeName": "n2"}});
         let token = |uid: &str| json!({"spec": {"boundObjectRef": {"kind": "Pod", "name": "p", "uid": uid}}});
         let (t1, t2, unbound) = (token("u1"), token("u2"), json!({"spec": {}}));
-        let ok: Result<(), String> = Ok(());
-        let table: Vec<(Write, Result<(), String>)> = vec![
+        let ok: Result<(), Denied> = Ok(());
+        let table: Vec<(Write, Result<(), Denied>)> = vec![
             (w(Update, "", "pods", "status", "ns", "p", None, Some(&mine)), ok.clone()),
             (w(Update, "", "pods", "status", "ns", "p", None, Some(&theirs)),
                 Err("node \"n1\" can only update pod status for pods with spec.nodeName set to itself".into())),

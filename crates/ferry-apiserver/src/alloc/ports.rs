@@ -19,10 +19,15 @@ impl Default for PortRange {
     }
 }
 
+/// A `--service-node-port-range` that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid port range {0:?} (want e.g. 30000-32767)")]
+pub struct PortRangeError(pub String);
+
 impl FromStr for PortRange {
-    type Err = String;
-    fn from_str(s: &str) -> Result<PortRange, String> {
-        let err = || format!("invalid port range {s:?} (want e.g. 30000-32767)");
+    type Err = PortRangeError;
+    fn from_str(s: &str) -> Result<PortRange, PortRangeError> {
+        let err = || PortRangeError(s.to_string());
         if let Some((a, b)) = s.split_once('-') {
             let a: u16 = a.trim().parse().map_err(|_| err())?;
             let b: u16 = b.trim().parse().map_err(|_| err())?;

@@ -72,6 +72,23 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
     Ok(())
 }
 
+/// Why a ServiceAccount token is refused (upstream's texts).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error(transparent)]
+    Jwt(#[from] jwt::Error),
+    #[error("{what} {object} has been deleted")]
+    Deleted { what: &'static str, object: String },
+    #[error("{what} UID ({got}) does not match claim ({claim})")]
+    UidMismatch {
+        what: &'static str,
+        got: String,
+        claim: String,
+    },
+    #[error("service account token has been invalidated")]
+    Invalidated,
+}
+
 impl Auth {
     /// Loads (or creates, mode 0600) the ServiceAccount signing key `pki/sa.key` in `data_dir`.
     pub fn load(data_dir: &Path, audit_log: Option<&Path>) -> Result<Auth> {
@@ -189,40 +206,45 @@ impl Auth {
         api: &Api,
         token: &str,
         audiences: &[String],
-    ) -> Result<jwt::Claims, String> {
+    ) -> Result<jwt::Claims, TokenError> {
         let now = jiff::Timestamp::now().as_second();
-        let claims = self
-            .verifier
-            .verify(token, now, &self.issuer, audiences)
-            .map_err(|e| e.to_string())?;
+        let claims = self.verifier.verify(token, now, &self.issuer, audiences)?;
         let k = &claims.kubernetes;
         let ns = k.namespace.as_str();
-        let check = |plural: &str, name: &str, uid: &str, what: &str| -> Result<(), String> {
-            let obj = lookup(
-                api,
-                "",
-                plural,
-                Some(ns).filter(|_| plural != "nodes"),
-                name,
-            )
-            .ok_or_else(|| format!("{what} {ns}/{name} has been deleted"))?;
-            let got = obj
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if !uid.is_empty() && got != uid {
-                return Err(format!("{what} UID ({got}) does not match claim ({uid})"));
-            }
-            if let Some(ts) = obj
-                .pointer("/metadata/deletionTimestamp")
-                .and_then(Value::as_str)
-                && let Ok(t) = ts.parse::<jiff::Timestamp>()
-                && t.as_second() < now - 60
-            {
-                return Err("service account token has been invalidated".into());
-            }
-            Ok(())
-        };
+        let check =
+            |plural: &str, name: &str, uid: &str, what: &'static str| -> Result<(), TokenError> {
+                let obj = lookup(
+                    api,
+                    "",
+                    plural,
+                    Some(ns).filter(|_| plural != "nodes"),
+                    name,
+                )
+                .ok_or_else(|| TokenError::Deleted {
+                    what,
+                    object: format!("{ns}/{name}"),
+                })?;
+                let got = obj
+                    .pointer("/metadata/uid")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !uid.is_empty() && got != uid {
+                    return Err(TokenError::UidMismatch {
+                        what,
+                        got: got.to_string(),
+                        claim: uid.to_string(),
+                    });
+                }
+                if let Some(ts) = obj
+                    .pointer("/metadata/deletionTimestamp")
+                    .and_then(Value::as_str)
+                    && let Ok(t) = ts.parse::<jiff::Timestamp>()
+                    && t.as_second() < now - 60
+                {
+                    return Err(TokenError::Invalidated);
+                }
+                Ok(())
+            };
         check(
             "serviceaccounts",
             &k.serviceaccount.name,
