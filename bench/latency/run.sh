@@ -14,9 +14,10 @@
 # printed as a ratio. The goal of issue 18 is <= 100 ms p99.
 #
 # Env: FERRY_BIN (default target/release/ferry, built unless SKIP_BUILD=1), SERVICES (10000),
-#      CHANGES (200), GAP (mean ms between changes, 100), PORT (16580), DATA (reuse a data dir
-#      already loaded with SERVICES Services; kept afterwards), MODES ("userspace nftables"),
-#      LOGS (a directory to copy the servers' logs into at the end).
+#      CHANGES (200), GAP (mean ms between changes, 100), PORT (16580), DATA (a data dir: loaded
+#      with SERVICES Services when it holds none yet, reused otherwise; kept afterwards), MODES
+#      ("userspace nftables"), DNS_PART (0 skips the DNS part), LOGS (a directory to copy the
+#      servers' logs into at the end).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -56,7 +57,8 @@ else
   X=()
 fi
 
-if [ -n "${DATA:-}" ]; then D="$DATA"; LOADED=1; else D="$WORK/data"; LOADED=0; fi
+# DATA: loaded here when it holds no cluster yet, reused as it is otherwise; kept either way.
+if [ -n "${DATA:-}" ]; then D="$DATA"; LOADED=0; [ -f "$DATA/kubeconfig" ] && LOADED=1; else D="$WORK/data"; LOADED=0; fi
 KUBECONFIG="$D/kubeconfig"; export KUBECONFIG
 URL="http://127.0.0.1:$PORT"
 
@@ -75,6 +77,8 @@ if [ "$LOADED" = 0 ]; then
     --services "$SERVICES" | sed 's/^/   /'
 fi
 
+RESULTS=()
+if [ "${DNS_PART:-1}" != 0 ]; then
 echo "== ferry dns"
 "${X[@]}" "$BIN" dns --kubeconfig "$KUBECONFIG" --listen "127.0.0.1:$DNS_PORT" --metrics-listen "127.0.0.1:$DNS_METRICS" \
   --upstream 127.0.0.1:9 --udp-workers 1 >"$WORK/dns.log" 2>&1 &
@@ -83,11 +87,11 @@ until "${X[@]}" curl -sf "http://127.0.0.1:$DNS_METRICS/readyz" >/dev/null; do
   kill -0 "$DNS" || { cat "$WORK/dns.log"; exit 1; }; sleep 0.1
 done
 
-RESULTS=()
 echo "== $CHANGES changes, ~$GAP ms apart, $SERVICES Services loaded"
 line=$("${X[@]}" python3 "$ROOT/bench/latency/driver.py" dns "$URL" "$TOKEN" "127.0.0.1:$DNS_PORT" --changes "$CHANGES" --gap "$GAP")
 echo "   $line"; RESULTS+=("$line")
 kill "$DNS" 2>/dev/null || true; wait "$DNS" 2>/dev/null || true
+fi
 
 base=31000
 for mode in $MODES; do

@@ -15,8 +15,10 @@
 //! on demand): an idle connection holds no buffer and a short one costs no allocation. The
 //! first direction to see EOF half-closes its destination (`shutdown(SHUT_WR)`); when the second
 //! one ends both sockets are simply closed, which sends the last FIN. Accepted sockets inherit
-//! `TCP_NODELAY` and the keepalive settings from their listener, and the backend socket gets
-//! them before `connect`, so a connection costs no per-socket option calls after accept.
+//! `TCP_NODELAY` and the keepalive settings from their listener; the backend socket gets
+//! `TCP_NODELAY` before `connect` and keepalive only if it lives past [`KEEPALIVE_AFTER`], and
+//! a successful connect is read from epoll's readiness without `getsockopt(SO_ERROR)`: a short
+//! connection costs one socket option call after accept.
 //! `splice(2)` would avoid the copy through user space; it is the next step for throughput.
 //!
 //! Limits (so that a flood through one Service cannot starve the process): every proxied TCP
@@ -548,17 +550,43 @@ pub async fn connect_backend(
     None
 }
 
-/// Connects to `endpoint` with `TCP_NODELAY` and keepalive set before the handshake.
+/// Connects to `endpoint` with `TCP_NODELAY` set before the handshake (keepalive comes later,
+/// [`KEEPALIVE_AFTER`]). The outcome is read from the readiness epoll reports: a refused or
+/// failed connect shows as an error (`EPOLLERR`), and only then is `SO_ERROR` asked for the
+/// reason, so a successful connect costs no `getsockopt` (HAProxy does the same).
 async fn dial(endpoint: SocketAddr) -> std::io::Result<TcpStream> {
-    let sock = if endpoint.is_ipv4() {
-        TcpSocket::new_v4()?
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let family = if endpoint.is_ipv4() {
+        AddressFamily::INET
     } else {
-        TcpSocket::new_v6()?
+        AddressFamily::INET6
     };
-    sock.set_nodelay(true)?;
-    ferry_limits::keepalive::set(&sock, ferry_limits::keepalive::Keepalive::default())?;
-    sock.connect(endpoint).await
+    let fd = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::sockopt::set_tcp_nodelay(&fd, true)?;
+    match rustix::net::connect(&fd, &endpoint) {
+        Ok(()) | Err(rustix::io::Errno::INPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let stream = TcpStream::from_std(std::net::TcpStream::from(fd))?;
+    let ready = stream.ready(Interest::WRITABLE).await?;
+    if (ready.is_error() || ready.is_write_closed())
+        && let Some(e) = stream.take_error()?
+    {
+        return Err(e);
+    }
+    Ok(stream)
 }
+
+/// A proxied connection still open after this long gets keepalive probes on its backend
+/// socket (the client socket has them from the listener). Short connections, the common
+/// case, never pay the four `setsockopt` calls; the probes start `Keepalive::idle` (15 s)
+/// after the last traffic either way.
+pub const KEEPALIVE_AFTER: Duration = Duration::from_secs(1);
 
 async fn proxy_tcp(
     client: TcpStream,
@@ -581,17 +609,24 @@ async fn proxy_tcp(
     }
     let activity = Activity::new();
     let copy = pump(&client, &backend, &activity);
-    match idle {
-        None => {
-            let _ = copy.await;
+    // One timer per connection: keepalive on the backend once it outlives a short one, then
+    // the idle timeout.
+    let watch = async {
+        tokio::time::sleep(KEEPALIVE_AFTER).await;
+        if let Err(e) =
+            ferry_limits::keepalive::set(&backend, ferry_limits::keepalive::Keepalive::default())
+        {
+            tracing::debug!(frontend = %f, error = %e, "backend keepalive");
         }
-        Some(idle) => {
-            tokio::select! {
-                _ = copy => {}
-                _ = activity.idle_for(idle) => {
-                    tracing::debug!(frontend = %f, client = %peer, ?idle, "idle timeout; closing");
-                }
-            }
+        match idle {
+            Some(idle) => activity.idle_for(idle).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = copy => {}
+        _ = watch => {
+            tracing::debug!(frontend = %f, client = %peer, ?idle, "idle timeout; closing");
         }
     }
     drop(picked.guard);
@@ -1087,6 +1122,37 @@ mod tests {
         dp.apply_delta(&inc.update([(k, Table::default())]));
         assert!(dp.failed.is_empty());
         assert!(dp.apply_delta(&Default::default()).failed.is_empty());
+    }
+
+    /// The connect outcome comes from epoll readiness: a refused connect is an error (so the
+    /// next endpoint is tried), an accepted one a stream with `TCP_NODELAY` and no keepalive yet.
+    #[tokio::test]
+    async fn dial_reports_refusal_and_connects_without_keepalive() {
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let err = dial(closed).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let s = dial(l.local_addr().unwrap()).await.unwrap();
+        assert!(s.nodelay().unwrap());
+        assert!(!rustix::net::sockopt::socket_keepalive(&s).unwrap());
+        assert_eq!(s.peer_addr().unwrap(), l.local_addr().unwrap(), "connected");
+        // connect_backend skips a refusing endpoint for a live one.
+        let pool = PoolHandle::new(&Pool {
+            endpoints: vec![closed, l.local_addr().unwrap()],
+            scheduler: crate::sched::Scheduler::RoundRobin,
+            affinity: None,
+            proxy_protocol: None,
+        });
+        for _ in 0..4 {
+            let (s, picked) = connect_backend(&pool, "127.0.0.1".parse().unwrap(), closed.ip())
+                .await
+                .unwrap();
+            assert_eq!(picked.endpoint, l.local_addr().unwrap());
+            assert_eq!(s.peer_addr().unwrap(), l.local_addr().unwrap());
+        }
     }
 
     #[test]
