@@ -3,50 +3,12 @@
 //! reviews, tokens bound to a deleted pod, and privilege-escalation prevention.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-type C = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-struct Api {
-    c: C,
-    base: String,
-}
-
-impl Api {
-    async fn call(
-        &self,
-        token: &str,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut r = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Content-Type", "application/json");
-        if !token.is_empty() {
-            r = r.header("Authorization", format!("Bearer {token}"));
-        }
-        let body = body
-            .map(|b| serde_json::to_vec(&b).unwrap())
-            .unwrap_or_default();
-        let resp = self
-            .c
-            .request(r.body(Full::new(Bytes::from(body))).unwrap())
-            .await
-            .unwrap();
-        let code = resp.status().as_u16();
-        let b = resp.into_body().collect().await.unwrap().to_bytes();
-        (code, serde_json::from_slice(&b).unwrap_or(Value::Null))
-    }
-}
+mod common;
+use common::Api;
 
 async fn token_for(api: &Api, admin: &str, ns: &str, sa: &str, bound_pod: Option<&str>) -> String {
     let mut spec = json!({});
@@ -54,7 +16,7 @@ async fn token_for(api: &Api, admin: &str, ns: &str, sa: &str, bound_pod: Option
         spec["boundObjectRef"] = json!({"kind": "Pod", "apiVersion": "v1", "name": p});
     }
     let (code, tr) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             &format!("/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"),
@@ -73,7 +35,7 @@ async fn token_for(api: &Api, admin: &str, ns: &str, sa: &str, bound_pod: Option
 async fn can_i(api: &Api, token: &str, verb: &str, ns: &str, resource: &str) -> bool {
     let (resource, group) = resource.split_once('.').unwrap_or((resource, ""));
     let (code, r) = api
-        .call(
+        .call_as(
             token,
             "POST",
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
@@ -87,30 +49,17 @@ async fn can_i(api: &Api, token: &str, verb: &str, ns: &str, resource: &str) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_accounts_and_rbac() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ferry_store::Store> =
-        Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
-    let shutdown = CancellationToken::new();
-    let cfg = ferry_apiserver::Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        plain_http: true,
-        audit_log_path: Some(dir.path().join("audit.log")),
-        ..Default::default()
-    };
-    let running = ferry_apiserver::start(cfg, store, shutdown.clone())
-        .await
-        .unwrap();
-    let admin = std::fs::read_to_string(dir.path().join("pki/admin.token")).unwrap();
-    let admin = admin.trim();
-    let api = Api {
-        c: Client::builder(TokioExecutor::new()).build_http(),
-        base: running.url.clone(),
-    };
+    let server = common::start_with(|cfg| {
+        cfg.audit_log_path = Some(cfg.data_dir.join("audit.log"));
+    })
+    .await;
+    let dir = server.dir();
+    let api = server.api.clone();
+    let admin = api.token.as_str();
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join("pki/sa.key"))
+        let mode = std::fs::metadata(dir.join("pki/sa.key"))
             .unwrap()
             .permissions()
             .mode();
@@ -118,7 +67,7 @@ async fn service_accounts_and_rbac() {
     }
     // The default policy exists.
     let (code, crs) = api
-        .call(
+        .call_as(
             admin,
             "GET",
             "/apis/rbac.authorization.k8s.io/v1/clusterroles",
@@ -145,7 +94,7 @@ async fn service_accounts_and_rbac() {
     }
     // Namespace team-a with two ServiceAccounts; `reader` is bound to view there.
     let (code, _) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces",
@@ -155,7 +104,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(code, 201);
     for sa in ["reader", "nobody"] {
         let (code, r) = api
-            .call(
+            .call_as(
                 admin,
                 "POST",
                 "/api/v1/namespaces/team-a/serviceaccounts",
@@ -167,7 +116,7 @@ async fn service_accounts_and_rbac() {
         assert_eq!(code, 201, "{r}");
     }
     let (code, r) = api
-        .call(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
+        .call_as(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": "reader-view"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
@@ -177,14 +126,14 @@ async fn service_accounts_and_rbac() {
     // An aggregated role holds its parts' rules (the aggregation controller's work is not in
     // this process: view is empty here, so bind a role with explicit rules too).
     let (code, r) = api
-        .call(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
+        .call_as(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": {"name": "pod-reader"},
                 "rules": [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]}]})))
         .await;
     assert_eq!(code, 201, "{r}");
     let (code, _) = api
-        .call(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
+        .call_as(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": "reader-pods"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
@@ -197,7 +146,7 @@ async fn service_accounts_and_rbac() {
 
     // Who am I.
     let (code, r) = api
-        .call(
+        .call_as(
             &reader,
             "POST",
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
@@ -225,11 +174,11 @@ async fn service_accounts_and_rbac() {
     assert!(!can_i(&api, &nobody, "list", "team-a", "pods").await);
     assert!(can_i(&api, admin, "delete", "kube-system", "secrets").await);
     let (code, _) = api
-        .call(&reader, "GET", "/api/v1/namespaces/team-a/pods", None)
+        .call_as(&reader, "GET", "/api/v1/namespaces/team-a/pods", None)
         .await;
     assert_eq!(code, 200);
     let (code, st) = api
-        .call(&reader, "GET", "/api/v1/namespaces/default/pods", None)
+        .call_as(&reader, "GET", "/api/v1/namespaces/default/pods", None)
         .await;
     assert_eq!(code, 403);
     assert_eq!(
@@ -239,7 +188,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(st["reason"], "Forbidden");
     assert_eq!(st["details"], json!({"kind": "pods"}));
     let (code, st) = api
-        .call(&nobody, "GET", "/api/v1/namespaces/team-a/pods/x/log", None)
+        .call_as(&nobody, "GET", "/api/v1/namespaces/team-a/pods/x/log", None)
         .await;
     assert_eq!(code, 403);
     assert_eq!(
@@ -247,7 +196,7 @@ async fn service_accounts_and_rbac() {
         "pods \"x\" is forbidden: User \"system:serviceaccount:team-a:nobody\" cannot get resource \"pods/log\" in API group \"\" in the namespace \"team-a\""
     );
     let (code, st) = api
-        .call(&nobody, "GET", "/apis/apps/v1/deployments", None)
+        .call_as(&nobody, "GET", "/apis/apps/v1/deployments", None)
         .await;
     assert_eq!(code, 403);
     assert_eq!(
@@ -255,17 +204,17 @@ async fn service_accounts_and_rbac() {
         "deployments.apps is forbidden: User \"system:serviceaccount:team-a:nobody\" cannot list resource \"deployments\" in API group \"apps\" at the cluster scope"
     );
     // Discovery for every authenticated user; nothing without credentials or with a bad token.
-    assert_eq!(api.call(&nobody, "GET", "/api", None).await.0, 200);
-    assert_eq!(api.call("", "GET", "/api", None).await.0, 401);
-    assert_eq!(api.call("not-a-token", "GET", "/api", None).await.0, 401);
+    assert_eq!(api.call_as(&nobody, "GET", "/api", None).await.0, 200);
+    assert_eq!(api.call_as("", "GET", "/api", None).await.0, 401);
+    assert_eq!(api.call_as("not-a-token", "GET", "/api", None).await.0, 401);
     let mut forged = reader.clone();
     forged.pop();
-    assert_eq!(api.call(&forged, "GET", "/api", None).await.0, 401);
-    assert_eq!(api.call("", "GET", "/version", None).await.0, 200);
+    assert_eq!(api.call_as(&forged, "GET", "/api", None).await.0, 401);
+    assert_eq!(api.call_as("", "GET", "/version", None).await.0, 200);
 
     // Rules review.
     let (code, r) = api
-        .call(&reader, "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        .call_as(&reader, "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
             Some(json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": "team-a"}})))
         .await;
     assert_eq!(code, 201, "{r}");
@@ -280,7 +229,7 @@ async fn service_accounts_and_rbac() {
     // Escalation: `nobody` gets rights to manage roles in team-a, but cannot grant more than it
     // holds; bind lets it grant view.
     let (code, _) = api
-        .call(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
+        .call_as(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": {"name": "rbac-manager"},
                 "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "patch", "get"]},
@@ -288,7 +237,7 @@ async fn service_accounts_and_rbac() {
         .await;
     assert_eq!(code, 201);
     let (code, _) = api
-        .call(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
+        .call_as(admin, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": "nobody-rbac"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rbac-manager"},
@@ -314,7 +263,7 @@ async fn service_accounts_and_rbac() {
     }
     assert!(bound_yet);
     let (code, st) = api
-        .call(&nobody, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
+        .call_as(&nobody, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                 "metadata": {"name": "secrets"},
                 "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})))
@@ -326,7 +275,7 @@ async fn service_accounts_and_rbac() {
     );
     // What it holds, it may grant.
     let (code, st) = api
-        .call(
+        .call_as(
             &nobody,
             "POST",
             "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles",
@@ -340,7 +289,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(code, 201, "{st}");
     // A patch that adds a right it lacks is refused as well.
     let (code, st) = api
-        .call(&nobody, "PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles/cm-get",
+        .call_as(&nobody, "PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles/cm-get",
             Some(json!([{"op": "add", "path": "/rules/-", "value": {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}}])))
         .await;
     assert_eq!(code, 415, "{st}"); // JSON patch needs its content type
@@ -357,7 +306,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(resp.status().as_u16(), 403);
     // Binding a role it does not hold (cluster-admin) is refused; the stored role is unchanged.
     let (code, st) = api
-        .call(&nobody, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
+        .call_as(&nobody, "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/rolebindings",
             Some(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                 "metadata": {"name": "grab"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
@@ -366,7 +315,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(code, 403, "{st}");
     assert!(st["message"].as_str().unwrap().starts_with("rolebindings.rbac.authorization.k8s.io \"grab\" is forbidden: user \"system:serviceaccount:team-a:nobody\""), "{st}");
     let (_, role) = api
-        .call(
+        .call_as(
             admin,
             "GET",
             "/apis/rbac.authorization.k8s.io/v1/namespaces/team-a/roles/cm-get",
@@ -377,14 +326,14 @@ async fn service_accounts_and_rbac() {
 
     // A token bound to a pod stops working when the pod is deleted.
     let (code, r) = api
-        .call(admin, "POST", "/api/v1/namespaces/team-a/pods",
+        .call_as(admin, "POST", "/api/v1/namespaces/team-a/pods",
             Some(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"},
                 "spec": {"serviceAccountName": "reader", "containers": [{"name": "c", "image": "busybox"}]}})))
         .await;
     assert_eq!(code, 201, "{r}");
     let bound = token_for(&api, admin, "team-a", "reader", Some("p1")).await;
     let (code, r) = api
-        .call(
+        .call_as(
             &bound,
             "POST",
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
@@ -398,13 +347,13 @@ async fn service_accounts_and_rbac() {
     );
     // TokenReview sees the same.
     let (code, r) = api
-        .call(admin, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+        .call_as(admin, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
             Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": bound}})))
         .await;
     assert_eq!(code, 201);
     assert_eq!(r["status"]["authenticated"], true, "{r}");
     let (code, _) = api
-        .call(
+        .call_as(
             admin,
             "DELETE",
             "/api/v1/namespaces/team-a/pods/p1?gracePeriodSeconds=0",
@@ -414,7 +363,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(code, 200);
     let mut refused = false;
     for _ in 0..100 {
-        if api.call(&bound, "GET", "/api", None).await.0 == 401 {
+        if api.call_as(&bound, "GET", "/api", None).await.0 == 401 {
             refused = true;
             break;
         }
@@ -423,7 +372,7 @@ async fn service_accounts_and_rbac() {
     assert!(refused, "a token bound to a deleted pod is refused");
     // Binding to a missing pod is a 404; a too short lifetime is invalid.
     let (code, _) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/team-a/serviceaccounts/reader/token",
@@ -435,13 +384,13 @@ async fn service_accounts_and_rbac() {
         .await;
     assert_eq!(code, 404);
     let (code, st) = api
-        .call(admin, "POST", "/api/v1/namespaces/team-a/serviceaccounts/reader/token",
+        .call_as(admin, "POST", "/api/v1/namespaces/team-a/serviceaccounts/reader/token",
             Some(json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 60}})))
         .await;
     assert_eq!(code, 422, "{st}");
     // Deleting the ServiceAccount invalidates its tokens.
     let (code, _) = api
-        .call(
+        .call_as(
             admin,
             "DELETE",
             "/api/v1/namespaces/team-a/serviceaccounts/nobody",
@@ -451,7 +400,7 @@ async fn service_accounts_and_rbac() {
     assert_eq!(code, 200);
     let mut refused = false;
     for _ in 0..100 {
-        if api.call(&nobody, "GET", "/api", None).await.0 == 401 {
+        if api.call_as(&nobody, "GET", "/api", None).await.0 == 401 {
             refused = true;
             break;
         }
@@ -460,7 +409,7 @@ async fn service_accounts_and_rbac() {
     assert!(refused, "a deleted ServiceAccount's token is refused");
 
     // The audit log: audit.k8s.io/v1 Events, one JSON line each, private to the owner.
-    let log_path = dir.path().join("audit.log");
+    let log_path = dir.join("audit.log");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -498,7 +447,7 @@ async fn service_accounts_and_rbac() {
             .any(|e| e["user"]["username"] == "admin" && e["verb"] == "create")
     );
     assert!(!log.contains(&reader), "no credentials in the audit log");
-    shutdown.cancel();
+    drop(server);
 }
 
 /// The ServiceAccount admission plugin: default name, refusal of a missing ServiceAccount with
@@ -506,31 +455,15 @@ async fn service_accounts_and_rbac() {
 /// automountServiceAccountToken), mirror pods left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_account_admission() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ferry_store::Store> =
-        Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
-    let shutdown = CancellationToken::new();
-    let cfg = ferry_apiserver::Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        plain_http: true,
-        ..Default::default()
-    };
-    let running = ferry_apiserver::start(cfg, store, shutdown.clone())
-        .await
-        .unwrap();
-    let admin = std::fs::read_to_string(dir.path().join("pki/admin.token")).unwrap();
-    let admin = admin.trim();
-    let api = Api {
-        c: Client::builder(TokioExecutor::new()).build_http(),
-        base: running.url.clone(),
-    };
+    let server = common::start().await;
+    let api = server.api.clone();
+    let admin = api.token.as_str();
     let pod = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec});
     let one = json!({"containers": [{"name": "c", "image": "busybox"}]});
 
     // The system namespaces have their default ServiceAccount and root CA from the start.
     let (code, r) = api
-        .call(
+        .call_as(
             admin,
             "GET",
             "/api/v1/namespaces/default/configmaps/kube-root-ca.crt",
@@ -545,7 +478,7 @@ async fn service_account_admission() {
             .contains("BEGIN CERTIFICATE")
     );
     let (code, p) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/default/pods",
@@ -576,7 +509,7 @@ async fn service_account_admission() {
 
     // A namespace whose default ServiceAccount does not exist (no controller runs here).
     let (code, _) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces",
@@ -585,7 +518,7 @@ async fn service_account_admission() {
         .await;
     assert_eq!(code, 201);
     let (code, st) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/adm/pods",
@@ -606,7 +539,7 @@ async fn service_account_admission() {
     );
     generated["metadata"] = json!({"generateName": "web-"});
     let (code, st) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/adm/pods?dryRun=All",
@@ -628,7 +561,7 @@ async fn service_account_admission() {
             sa["automountServiceAccountToken"] = json!(b);
         }
         let (code, r) = api
-            .call(
+            .call_as(
                 admin,
                 "POST",
                 "/api/v1/namespaces/adm/serviceaccounts",
@@ -638,7 +571,7 @@ async fn service_account_admission() {
         assert_eq!(code, 201, "{r}");
     }
     let (code, p) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/adm/pods",
@@ -648,7 +581,7 @@ async fn service_account_admission() {
     assert_eq!(code, 201, "{p}");
     assert!(p["metadata"]["name"].as_str().unwrap().starts_with("web-"));
     let (code, p) = api
-        .call(admin, "POST", "/api/v1/namespaces/adm/pods", Some(pod("mixed", json!({
+        .call_as(admin, "POST", "/api/v1/namespaces/adm/pods", Some(pod("mixed", json!({
             "serviceAccount": "robot",
             "initContainers": [{"name": "init", "image": "busybox"}],
             "containers": [{"name": "a", "image": "busybox"},
@@ -681,7 +614,7 @@ async fn service_account_admission() {
 
     // automountServiceAccountToken: the ServiceAccount's false, unless the pod says true.
     let (code, p) = api
-        .call(admin, "POST", "/api/v1/namespaces/adm/pods",
+        .call_as(admin, "POST", "/api/v1/namespaces/adm/pods",
             Some(pod("q1", json!({"serviceAccountName": "quiet", "containers": [{"name": "c", "image": "busybox"}]}))))
         .await;
     assert_eq!(code, 201, "{p}");
@@ -690,7 +623,7 @@ async fn service_account_admission() {
         "{p}"
     );
     let (code, p) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/adm/pods",
@@ -709,7 +642,7 @@ async fn service_account_admission() {
     mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "hash"});
     mirror["spec"]["nodeName"] = json!("node-a");
     let (code, p) = api
-        .call(
+        .call_as(
             admin,
             "POST",
             "/api/v1/namespaces/adm/pods",
@@ -725,12 +658,12 @@ async fn service_account_admission() {
     mirror["metadata"]["name"] = json!("m2");
     mirror["spec"]["serviceAccountName"] = json!("robot");
     let (code, st) = api
-        .call(admin, "POST", "/api/v1/namespaces/adm/pods", Some(mirror))
+        .call_as(admin, "POST", "/api/v1/namespaces/adm/pods", Some(mirror))
         .await;
     assert_eq!(code, 403, "{st}");
     assert_eq!(
         st["message"],
         "pods \"m2\" is forbidden: a mirror pod may not reference service accounts"
     );
-    shutdown.cancel();
+    drop(server);
 }

@@ -7,39 +7,10 @@
 //! beside it in this binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
-use bytes::Bytes;
 use ferry_apiserver::limits::MAX_REQUEST_MEMORY_BYTES;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
-type C = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
-struct Api {
-    c: C,
-    base: String,
-    token: String,
-}
-
-impl Api {
-    async fn call(&self, method: &str, path: &str, ct: &str, body: Vec<u8>) -> (u16, Value) {
-        let r = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .header("Content-Type", ct)
-            .body(Full::new(Bytes::from(body)))
-            .unwrap();
-        let resp = self.c.request(r).await.unwrap();
-        let code = resp.status().as_u16();
-        let b = resp.into_body().collect().await.unwrap().to_bytes();
-        (code, serde_json::from_slice(&b).unwrap_or(Value::Null))
-    }
-}
+mod common;
 
 fn status_kb(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -64,29 +35,12 @@ const CM: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_is_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ferry_store::Store> =
-        Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
-    let shutdown = CancellationToken::new();
-    let cfg = ferry_apiserver::Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        plain_http: true,
-        ..Default::default()
-    };
-    let running = ferry_apiserver::start(cfg, store, shutdown.clone())
-        .await
-        .unwrap();
-    let token = std::fs::read_to_string(dir.path().join("pki/admin.token")).unwrap();
-    let api = Api {
-        c: Client::builder(TokioExecutor::new()).build_http(),
-        base: running.url.clone(),
-        token: token.trim().to_string(),
-    };
+    let server = common::start().await;
+    let api = server.api.clone();
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "doubling"}, "data": {"seed": "x".repeat(40)}});
     let (code, created) = api
-        .call(
+        .send(
             "POST",
             CM,
             "application/json",
@@ -103,7 +57,7 @@ async fn every_request_is_bounded() {
         ($name:expr, $method:expr, $path:expr, $ct:expr, $body:expr, $code:expr) => {{
             let body: Vec<u8> = $body;
             let len = body.len();
-            let ((code, status), grown) = peak_growth(api.call($method, $path, $ct, body)).await;
+            let ((code, status), grown) = peak_growth(api.send($method, $path, $ct, body)).await;
             let want: &[u16] = &$code;
             assert!(want.contains(&code), "{}: {code} {status}", $name);
             report.push(format!(
@@ -276,13 +230,13 @@ async fn every_request_is_bounded() {
     );
 
     // Nothing refused was stored.
-    let (code, now) = api.call("GET", &path, "application/json", Vec::new()).await;
+    let (code, now) = api.send("GET", &path, "application/json", Vec::new()).await;
     assert_eq!(code, 200);
     assert_eq!(now["metadata"]["resourceVersion"], rv);
     assert_eq!(now["data"], json!({"seed": "x".repeat(40)}));
     for name in ["keys"] {
         let (code, _) = api
-            .call(
+            .send(
                 "GET",
                 &format!("{CM}/{name}"),
                 "application/json",
@@ -291,5 +245,5 @@ async fn every_request_is_bounded() {
             .await;
         assert_eq!(code, 404, "{name} was stored");
     }
-    shutdown.cancel();
+    drop(server);
 }

@@ -66,6 +66,52 @@ impl Api {
         (code, ct, serde_json::from_slice(&b).unwrap_or(Value::Null))
     }
 
+    /// A request with this body and content type as the admin.
+    pub async fn send(&self, method: &str, path: &str, ct: &str, body: Vec<u8>) -> (u16, Value) {
+        self.send_as(&self.token, method, path, ct, body).await
+    }
+
+    /// A request with `token` (none when empty).
+    pub async fn send_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        ct: &str,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let mut r = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("Content-Type", ct);
+        if !token.is_empty() {
+            r = r.header("Authorization", format!("Bearer {token}"));
+        }
+        let resp = self
+            .c
+            .request(r.body(Full::new(Bytes::from(body))).unwrap())
+            .await
+            .unwrap();
+        let code = resp.status().as_u16();
+        let b = resp.into_body().collect().await.unwrap().to_bytes();
+        (code, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    /// A JSON request with `token` (none when empty).
+    pub async fn call_as(
+        &self,
+        token: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let body = body
+            .map(|b| serde_json::to_vec(&b).unwrap())
+            .unwrap_or_default();
+        self.send_as(token, method, path, "application/json", body)
+            .await
+    }
+
     pub async fn call(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
         let ct = if method == "PATCH" {
             "application/merge-patch+json"
@@ -125,6 +171,13 @@ pub struct Server {
     _dir: tempfile::TempDir,
 }
 
+impl Server {
+    /// The server's data directory (its PKI, the admin token, the audit log).
+    pub fn dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown.cancel();
@@ -132,16 +185,22 @@ impl Drop for Server {
 }
 
 pub async fn start() -> Server {
+    start_with(|_| {}).await
+}
+
+/// [`start`] with changes to the configuration (its `data_dir` is set).
+pub async fn start_with(configure: impl FnOnce(&mut ferry_apiserver::Config)) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ferry_store::Store> =
         Arc::new(ferry_store::RedbStore::open(&dir.path().join("store.redb")).unwrap());
     let shutdown = CancellationToken::new();
-    let cfg = ferry_apiserver::Config {
+    let mut cfg = ferry_apiserver::Config {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         plain_http: true,
         ..Default::default()
     };
+    configure(&mut cfg);
     let running = ferry_apiserver::start(cfg, store, shutdown.clone())
         .await
         .unwrap();
