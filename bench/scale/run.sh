@@ -3,7 +3,9 @@
 # Pods with pod IPs loaded through the API of a real `ferry apiserver` (plain HTTP on loopback),
 # then: API server RSS after the load and after a restart, the time a plain kube-rs client needs
 # to list+watch everything (pages of 500), and start-to-ready time + RSS of `ferry dns`,
-# `ferry proxy` (nftables --dry-run: list, render, exit) and `ferry controllers`.
+# `ferry proxy` (nftables --dry-run: list, render, exit), `ferry netpol agent` (--dry-run, and
+# live in a network namespace of its own when root), `ferry controllers` and one node agent
+# (`ferry agent`: registers a Node, lists its pods by field selector; the Node is deleted after).
 # Each figure is printed against the issue's goal. Loopback only; nothing leaves the machine.
 #
 # Env: FERRY_BIN (default target/release/ferry, built if missing; PROFILE=debug for the debug
@@ -30,6 +32,7 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "${NS:-}" ] && [ -e "/run/netns/$NS" ]; then ip netns del "$NS" || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -96,6 +99,30 @@ t0=$(now)
 PROXY_READY=$(secs "$t0" "$(now)"); PROXY_RSS=$(awk '{printf "%.0f", $1/1024}' "$WORK/proxy.time")
 echo "   done in ${PROXY_READY} s, peak RSS ${PROXY_RSS} MiB, $(wc -l <"$WORK/rules.nft") ruleset lines"
 
+echo "== ferry netpol agent --dry-run (list + watch policies, pods, namespaces, nodes; render the node's table; exit)"
+t0=$(now)
+/usr/bin/time -f "%M" -o "$WORK/netpol.time" "$BIN" netpol --kubeconfig "$KUBECONFIG" agent --node-name bench-node \
+  --dry-run >"$WORK/netpol.nft" 2>"$WORK/netpol.log"
+NETPOL_DRY=$(secs "$t0" "$(now)"); NETPOL_PEAK=$(awk '{printf "%.0f", $1/1024}' "$WORK/netpol.time")
+echo "   done in ${NETPOL_DRY} s, peak RSS ${NETPOL_PEAK} MiB; $(grep -o 'synced in.*' "$WORK/netpol.log")"
+# The live agent (applies its table with nft in a network namespace of its own): root only.
+NETPOL_READY=""; NETPOL_RSS=""
+if [ "$(id -u)" = 0 ] && command -v nft >/dev/null; then
+  NS="ferry-scale-netpol-$$"
+  ip netns add "$NS"
+  echo "== ferry netpol agent (live, table applied in netns $NS; until \"synced and applied\")"
+  t0=$(now)
+  RUST_LOG=info "$BIN" netpol --kubeconfig "$KUBECONFIG" agent --node-name bench-node --netns "/run/netns/$NS" \
+    --cleanup-on-exit >"$WORK/netpol-live.log" 2>&1 &
+  NP=$!; PIDS+=("$NP")
+  until grep -q "synced and applied" "$WORK/netpol-live.log"; do
+    kill -0 "$NP" || { cat "$WORK/netpol-live.log"; ip netns del "$NS"; exit 1; }; sleep 0.1
+  done
+  NETPOL_READY=$(secs "$t0" "$(now)"); sleep 1; NETPOL_RSS=$(rss_mib "$NP"); stop "$NP"
+  ip netns del "$NS"
+  echo "   synced and applied in ${NETPOL_READY} s, RSS ${NETPOL_RSS} MiB"
+fi
+
 echo "== ferry controllers (until \"service controllers synced\")"
 t0=$(now)
 RUST_LOG=info "$BIN" controllers --kubeconfig "$KUBECONFIG" --leader-elect=false >"$WORK/ctl.log" 2>&1 &
@@ -111,6 +138,22 @@ done
 CTL_READY=$(secs "$t0" "$(now)"); CTL_RSS=$(rss_mib "$CTL"); stop "$CTL"
 echo "   $ctl_state after ${CTL_READY} s, RSS ${CTL_RSS} MiB"
 
+# Last: the node agent registers a Node (the scheduler of the controllers above would bind pods
+# to it); removed again afterwards.
+echo "== ferry agent (one node: register, list its pods by spec.nodeName; until \"pods listed\")"
+t0=$(now)
+RUST_LOG=info "$BIN" agent --kubeconfig "$KUBECONFIG" --node-name bench-node --state-dir "$WORK/agent" --port 0 \
+  --isolation off --insecure-allow-unauthenticated >"$WORK/agent.log" 2>&1 &
+AG=$!; PIDS+=("$AG")
+until grep -q "pods listed" "$WORK/agent.log"; do
+  kill -0 "$AG" || { cat "$WORK/agent.log"; exit 1; }; sleep 0.1
+done
+AGENT_READY=$(secs "$t0" "$(now)"); sleep 1; AGENT_RSS=$(rss_mib "$AG"); stop "$AG"
+for path in api/v1/nodes/bench-node apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/bench-node; do
+  curl -s -o /dev/null -X DELETE -H "Authorization: Bearer $TOKEN" "$URL/$path" || true
+done
+echo "   pods listed in ${AGENT_READY} s, RSS ${AGENT_RSS} MiB"
+
 echo
 echo "== against the issue's goals ($PROFILE build of $(cd "$ROOT" && git rev-parse --short HEAD))"
 goal "API server KiB per object, after load" "$(awk -v r="$RSS_LOADED" -v n="$OBJECTS" 'BEGIN {print r * 1024 / n}')" 2 KiB
@@ -122,4 +165,8 @@ goal "ferry dns start to ready" "$DNS_READY" 5 s
 goal "ferry dns RSS" "$DNS_RSS" 70 MiB
 goal "ferry proxy (nftables dry-run) start to done" "$PROXY_READY" 5 s
 goal "ferry controllers start to $ctl_state" "$CTL_READY" 5 s
+goal "ferry netpol agent (dry-run) start to done" "$NETPOL_DRY" 5 s
+[ -z "$NETPOL_READY" ] || goal "ferry netpol agent start to applied" "$NETPOL_READY" 5 s
+goal "ferry agent (node) start to pods listed" "$AGENT_READY" 5 s
 echo "   (API server RSS after the kube-rs client's list: ${RSS_AFTER_CLIENT} MiB; proxy peak RSS ${PROXY_RSS} MiB; controllers RSS ${CTL_RSS} MiB)"
+echo "   (netpol agent: dry-run peak RSS ${NETPOL_PEAK} MiB${NETPOL_RSS:+, live RSS ${NETPOL_RSS} MiB}; node agent RSS ${AGENT_RSS} MiB)"

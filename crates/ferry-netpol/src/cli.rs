@@ -254,68 +254,94 @@ pub fn with_policies(mut model: Model, extra: Vec<model::Policy>) -> Model {
     model
 }
 
-/// The model from lists of objects; unreadable policies are reported, not fatal.
-pub fn model_from(
-    policies: &[NetworkPolicy],
-    pods: &[SlimPod],
-    namespaces: &[SlimNamespace],
-    nodes: &[SlimNode],
-) -> (Model, Vec<String>) {
-    let mut m = Model::default();
-    let mut interner = Interner::default();
-    let mut warnings = Vec::new();
-    for ns in namespaces {
-        if let Some((n, l)) = model::project_slim_namespace(ns) {
-            m.namespaces.insert(n, l);
-        }
-    }
-    for p in pods {
-        if let Some((k, info)) = model::project_slim_pod(p, &mut interner) {
-            m.pods.insert(k, info);
-        }
-    }
-    for n in nodes {
-        if let Some((k, ips)) = model::project_slim_node(n) {
-            m.nodes.insert(k, ips);
-        }
-    }
-    for np in policies {
-        match model::project_policy(np) {
-            Ok(p) => {
-                m.policies.insert(p.key(), p);
-            }
-            Err(e) => warnings.push(format!("ignoring a NetworkPolicy: {e}")),
-        }
-    }
-    (m, warnings)
+/// A model built from lists of objects (page by page); unreadable policies are reported, not
+/// fatal.
+#[derive(Debug, Default)]
+pub struct ModelBuilder {
+    pub model: Model,
+    pub warnings: Vec<String>,
+    interner: Interner,
 }
 
-/// Pods, Namespaces and Nodes are listed slim (see [`crate::slim`]).
+impl ModelBuilder {
+    pub fn namespaces(&mut self, namespaces: &[SlimNamespace]) {
+        for ns in namespaces {
+            if let Some((n, l)) = model::project_slim_namespace(ns) {
+                self.model.namespaces.insert(n, l);
+            }
+        }
+    }
+    pub fn pods(&mut self, pods: &[SlimPod]) {
+        for p in pods {
+            if let Some((k, info)) = model::project_slim_pod(p, &mut self.interner) {
+                self.model.pods.insert(k, info);
+            }
+        }
+    }
+    pub fn nodes(&mut self, nodes: &[SlimNode]) {
+        for n in nodes {
+            if let Some((k, ips)) = model::project_slim_node(n) {
+                self.model.nodes.insert(k, ips);
+            }
+        }
+    }
+    pub fn policies(&mut self, policies: &[NetworkPolicy]) {
+        for np in policies {
+            match model::project_policy(np) {
+                Ok(p) => {
+                    self.model.policies.insert(p.key(), p);
+                }
+                Err(e) => self.warnings.push(format!("ignoring a NetworkPolicy: {e}")),
+            }
+        }
+    }
+}
+
+/// Calls `each` with every page of 500 objects of a kind (as kubectl and client-go list): only
+/// one page is held at a time.
+async fn each_page<K>(api: Api<K>, mut each: impl FnMut(&[K])) -> kube::Result<()>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut lp = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&lp).await?;
+        each(&page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// The model of the cluster: Pods, Namespaces and Nodes listed slim (see [`crate::slim`]),
+/// page by page.
 async fn load(client: Client) -> Result<Model> {
-    let lp = ListParams::default();
-    let policies = Api::<NetworkPolicy>::all(client.clone())
-        .list(&lp)
+    let mut b = ModelBuilder::default();
+    each_page(Api::<NetworkPolicy>::all(client.clone()), |p| b.policies(p))
         .await
         .context("listing NetworkPolicies")?;
-    let pods = Api::<SlimPod>::all(client.clone())
-        .list(&lp)
+    each_page(Api::<SlimPod>::all(client.clone()), |p| b.pods(p))
         .await
         .context("listing Pods")?;
-    let namespaces = Api::<SlimNamespace>::all(client.clone())
-        .list(&lp)
+    each_page(Api::<SlimNamespace>::all(client.clone()), |p| {
+        b.namespaces(p)
+    })
+    .await
+    .context("listing Namespaces")?;
+    // Nodes are optional for the verdict (own-node traffic): a user without access still gets
+    // answers.
+    let mut nodes = ModelBuilder::default();
+    if each_page(Api::<SlimNode>::all(client), |p| nodes.nodes(p))
         .await
-        .context("listing Namespaces")?;
-    // Nodes are optional for the verdict (own-node traffic): a user without access still gets answers.
-    let nodes = Api::<SlimNode>::all(client)
-        .list(&lp)
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    let (m, warnings) = model_from(&policies.items, &pods.items, &namespaces.items, &nodes);
-    for w in warnings {
+        .is_ok()
+    {
+        b.model.nodes = nodes.model.nodes;
+    }
+    for w in &b.warnings {
         eprintln!("warning: {w}");
     }
-    Ok(m)
+    Ok(b.model)
 }
 
 /// `ferry netpol agent`: until `shutdown`, or (`--dry-run`) until the first sync.

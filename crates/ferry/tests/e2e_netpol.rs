@@ -1,6 +1,7 @@
 //! NetworkPolicy on `ferry up`'s loopback pod network, where nothing can be enforced: every
 //! policy gets a Warning Event and `ferry up` says so once; `ferry netpol explain` and `matrix`
-//! evaluate the applied policies (and `--what-if` files) against the real API server.
+//! evaluate the applied policies (and `--what-if` files) against the real API server, and
+//! `ferry netpol agent --dry-run` prints the table a node would enforce.
 
 mod common;
 
@@ -244,6 +245,45 @@ fn loopback_warnings_and_explain() {
         ],
     );
     assert!(!ok && err.contains("pod default/nope not found"), "{err}");
+
+    // The node agent's table, without applying it: web (isolated for ingress) gets a pod
+    // chain on its node once it has an address; client and other (egress only: other's
+    // ingress is open) get no ingress chain.
+    let node_and_ip = || {
+        let out = f.kubectl(&[
+            "get",
+            "pod",
+            "web",
+            "-o",
+            "jsonpath={.spec.nodeName} {.status.podIP}",
+        ]);
+        let s = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut it = s.split_whitespace();
+        match (it.next(), it.next()) {
+            (Some(n), Some(ip)) => Some((n.to_string(), ip.to_string())),
+            _ => None,
+        }
+    };
+    assert!(eventually(60, || node_and_ip().is_some()), "{}", f.log());
+    let (node, ip) = node_and_ip().expect("web's node and address");
+    let (ok, out, err) = netpol(&f, &["agent", "--node-name", &node, "--dry-run"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("synced in") && err.contains("2 policies"),
+        "{err}"
+    );
+    assert!(out.contains("table inet ferry-netpol"), "{out}");
+    assert!(
+        out.contains("comment \"deny ingress default/web\""),
+        "{out}"
+    );
+    assert!(out.contains(&ip), "web's address {ip} in the table: {out}");
+    assert!(!out.contains("deny ingress default/client"), "{out}");
+    assert!(out.contains("deny egress default/other"), "{out}");
+    // Another node's table isolates none of these pods.
+    let (ok, out, err) = netpol(&f, &["agent", "--node-name", "no-such-node", "--dry-run"]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("deny ingress default/web"), "{out}");
 }
 
 fn is_root() -> bool {
