@@ -58,11 +58,26 @@ impl Default for LeaderArgs {
     }
 }
 
+/// A duration flag that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("duration {0:?}: missing unit")]
+    MissingUnit(String),
+    #[error("duration {0:?}: expected a number")]
+    ExpectedNumber(String),
+    #[error("duration {0:?}: bad number")]
+    BadNumber(String),
+    #[error("duration {input:?}: unknown unit {unit:?}")]
+    UnknownUnit { input: String, unit: String },
+}
+
 /// Parses a Go-style duration: `15s`, `500ms`, `1m30s`, `2h`; a bare number means seconds.
-pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, DurationError> {
     let s = s.trim();
     if s.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     if let Ok(secs) = s.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
@@ -72,13 +87,13 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     while !rest.is_empty() {
         let digits = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {s:?}: missing unit"))?;
+            .ok_or_else(|| DurationError::MissingUnit(s.to_string()))?;
         if digits == 0 {
-            return Err(format!("duration {s:?}: expected a number"));
+            return Err(DurationError::ExpectedNumber(s.to_string()));
         }
         let value: f64 = rest[..digits]
             .parse()
-            .map_err(|_| format!("duration {s:?}: bad number"))?;
+            .map_err(|_| DurationError::BadNumber(s.to_string()))?;
         let after = &rest[digits..];
         let unit_len = after
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -91,7 +106,12 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("duration {s:?}: unknown unit {unit:?}")),
+            _ => {
+                return Err(DurationError::UnknownUnit {
+                    input: s.to_string(),
+                    unit: unit.to_string(),
+                });
+            }
         };
         total += Duration::from_secs_f64(value * factor);
         rest = &after[unit_len..];

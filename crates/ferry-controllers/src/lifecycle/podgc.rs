@@ -7,12 +7,13 @@
 //!
 //! [`Quarantine`] and [`plan`] decide (no IO); [`run`] feeds them from informers.
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
@@ -132,7 +133,7 @@ pub fn plan(
     out
 }
 
-fn facts(p: &Pod) -> PodFacts {
+fn facts(p: &SlimPod) -> PodFacts {
     PodFacts {
         namespace: p.namespace().unwrap_or_default(),
         name: p.name_any(),
@@ -171,7 +172,7 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let notify = Arc::new(Notify::new());
-    let pods: Store<Pod> = {
+    let pods: Store<SlimPod> = {
         let n = notify.clone();
         informers.pods().subscribe(move |_| n.notify_one())
     };
@@ -195,7 +196,7 @@ pub async fn run(
     let node_api: Api<Node> = Api::all(client.clone());
     let mut quarantine = Quarantine::default();
     loop {
-        let all: Vec<Arc<Pod>> = pods.state();
+        let all: Vec<Arc<SlimPod>> = pods.state();
         let list: Vec<PodFacts> = all.iter().map(|p| facts(p)).collect();
         let known: BTreeSet<String> = nodes.state().iter().map(|n| n.name_any()).collect();
         let mut gone = BTreeSet::new();
@@ -229,8 +230,8 @@ pub async fn run(
     }
 }
 
-async fn collect(client: &kube::Client, pod: &Pod, f: &PodFacts, why: &Reason) {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &f.namespace);
+async fn collect(client: &kube::Client, pod: &SlimPod, f: &PodFacts, why: &Reason) {
+    let api: Api<SlimPod> = Api::namespaced(client.clone(), &f.namespace);
     if *why == Reason::Orphaned && !f.terminal {
         let now = jiff::Timestamp::now().to_string();
         let patch = json!({"status": {"phase": "Failed", "conditions": [{

@@ -2,12 +2,13 @@
 //! through `pods/binding` to the least loaded Ready, schedulable node matching their
 //! `nodeSelector`; pods that fit nowhere get `PodScheduled=False` and a `FailedScheduling` Event.
 
+use crate::runtime::SlimPod;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -47,7 +48,7 @@ fn node_info(n: &Node, pods: usize) -> NodeInfo {
     }
 }
 
-fn needs(p: &Pod) -> PodNeeds {
+fn needs(p: &SlimPod) -> PodNeeds {
     let spec = p.spec.clone().unwrap_or_default();
     PodNeeds {
         node_selector: spec.node_selector.unwrap_or_default(),
@@ -65,7 +66,7 @@ fn needs(p: &Pod) -> PodNeeds {
     }
 }
 
-fn terminal(p: &Pod) -> bool {
+fn terminal(p: &SlimPod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
@@ -78,7 +79,7 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let notify = Arc::new(Notify::new());
-    let pods: Store<Pod> = {
+    let pods: Store<SlimPod> = {
         let n = notify.clone();
         informers.pods().subscribe(move |_| n.notify_one())
     };
@@ -137,7 +138,7 @@ pub async fn run(
             let spec = match p.spec.as_ref() {
                 Some(s) => s,
                 None => {
-                    no_spec = k8s_openapi::api::core::v1::PodSpec::default();
+                    no_spec = crate::runtime::pod::PodSpec::default();
                     &no_spec
                 }
             };
@@ -162,7 +163,7 @@ pub async fn run(
                 .map(|n| node_info(n, load.get(&n.name_any()).copied().unwrap_or(0)))
                 .collect();
             let ns = p.namespace().unwrap_or_default();
-            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let api: Api<SlimPod> = Api::namespaced(client.clone(), &ns);
             match core::choose(&needs(p), &infos) {
                 Ok(node) => {
                     let binding = json!({"apiVersion": "v1", "kind": "Binding",
@@ -216,10 +217,10 @@ pub async fn run(
     }
 }
 
-async fn unschedulable(client: &kube::Client, p: &Pod, msg: &str) {
+async fn unschedulable(client: &kube::Client, p: &SlimPod, msg: &str) {
     let ns = p.namespace().unwrap_or_default();
     let now = jiff::Timestamp::now();
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let api: Api<SlimPod> = Api::namespaced(client.clone(), &ns);
     let patch = json!({"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
         "reason": "Unschedulable", "message": msg, "lastProbeTime": null, "lastTransitionTime": now.to_string()}]}});
     // A strategic merge keyed by type keeps the other conditions.
@@ -234,7 +235,7 @@ async fn unschedulable(client: &kube::Client, p: &Pod, msg: &str) {
 }
 
 /// Records an Event from the scheduler about a pod.
-async fn pod_event(client: &kube::Client, p: &Pod, type_: &str, reason: &str, msg: &str) {
+async fn pod_event(client: &kube::Client, p: &SlimPod, type_: &str, reason: &str, msg: &str) {
     super::events::record(
         client,
         super::events::reference(p),

@@ -6,12 +6,13 @@
 //! writes of a key concurrently. Writes are remembered ("expectations", as upstream) so that a
 //! lagging cache never causes duplicate pods or a second scale-down.
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
@@ -46,7 +47,7 @@ struct Workloads {
     client: kube::Client,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
     /// Pods by controller uid, orphans by namespace.
     pod_index: Arc<ControllerIndex>,
     /// ReplicaSets by controller uid, orphans by namespace.
@@ -214,7 +215,7 @@ fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
     }
 }
 
-fn is_terminal(p: &Pod) -> bool {
+fn is_terminal(p: &SlimPod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
@@ -222,7 +223,7 @@ fn is_terminal(p: &Pod) -> bool {
 }
 
 /// When the pod's Ready condition became true, if it is.
-fn ready_since(p: &Pod) -> Option<i64> {
+fn ready_since(p: &SlimPod) -> Option<i64> {
     p.status
         .as_ref()?
         .conditions
@@ -241,14 +242,14 @@ fn now_secs() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
-fn is_available(p: &Pod, min_ready: i32) -> bool {
+fn is_available(p: &SlimPod, min_ready: i32) -> bool {
     match ready_since(p) {
         Some(t) => min_ready <= 0 || t + i64::from(min_ready) <= now_secs(),
         None => false,
     }
 }
 
-fn pod_view(p: &Pod) -> PodView {
+fn pod_view(p: &SlimPod) -> PodView {
     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
     let ready = ready_since(p);
     PodView {
@@ -418,7 +419,7 @@ impl Workloads {
         self.expectations().insert(uid.to_string(), e);
     }
 
-    fn pods_of(&self, uid: &str) -> Vec<Arc<Pod>> {
+    fn pods_of(&self, uid: &str) -> Vec<Arc<SlimPod>> {
         self.pod_index
             .controlled_by(uid)
             .iter()
@@ -431,13 +432,13 @@ impl Workloads {
         let ns = rs.namespace().unwrap_or_default();
         let name = rs.name_any();
         let spec = &rs.spec;
-        let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let pods_api: Api<SlimPod> = Api::namespaced(self.client.clone(), &ns);
         let deleting = rs.metadata.deletion_timestamp.is_some();
-        let owned: Vec<Arc<Pod>> = self.pods_of(&uid);
-        let is_active = |p: &Pod| p.metadata.deletion_timestamp.is_none() && !is_terminal(p);
+        let owned: Vec<Arc<SlimPod>> = self.pods_of(&uid);
+        let is_active = |p: &SlimPod| p.metadata.deletion_timestamp.is_none() && !is_terminal(p);
         // Claim the active pods: ours and the namespace's orphans (upstream claims only
         // active pods).
-        let candidates: Vec<Arc<Pod>> = owned
+        let candidates: Vec<Arc<SlimPod>> = owned
             .iter()
             .cloned()
             .chain(
@@ -448,10 +449,10 @@ impl Workloads {
             )
             .filter(|p| is_active(p))
             .collect();
-        let active: Vec<Arc<Pod>> = claim_all(
+        let active: Vec<Arc<SlimPod>> = claim_all(
             &pods_api,
             rs,
-            |p: &Pod| crate::workloads2::common::selects(&spec.selector, p.labels()),
+            |p: &SlimPod| crate::workloads2::common::selects(&spec.selector, p.labels()),
             candidates,
         )
         .await;
@@ -470,7 +471,7 @@ impl Workloads {
                     };
                     let template = spec.template.clone().unwrap_or_default();
                     let tm = template.metadata.clone().unwrap_or_default();
-                    let pod = Pod {
+                    let pod = k8s_openapi::api::core::v1::Pod {
                         metadata: ObjectMeta {
                             generate_name: Some(format!("{name}-")),
                             namespace: Some(ns.clone()),
@@ -484,11 +485,13 @@ impl Workloads {
                         status: None,
                     };
                     let post = PostParams::default();
+                    let create_api: Api<k8s_openapi::api::core::v1::Pod> =
+                        Api::namespaced(self.client.clone(), &ns);
                     // Upstream's slow start: batches of 1, 2, 4, ... issued concurrently;
                     // the first failing batch stops the rest.
                     'batches: for size in core::slow_start_batches(n) {
                         let results = futures::future::join_all(
-                            (0..size).map(|_| pods_api.create(&post, &pod)),
+                            (0..size).map(|_| create_api.create(&post, &pod)),
                         )
                         .await;
                         let mut failed = false;
@@ -557,7 +560,7 @@ impl Workloads {
                 }
             }
         }
-        let active: Vec<&Arc<Pod>> = active.iter().collect();
+        let active: Vec<&Arc<SlimPod>> = active.iter().collect();
         // Status.
         let min_ready = spec.min_ready_seconds.unwrap_or(0);
         let template_labels = spec

@@ -38,6 +38,7 @@
 pub mod index;
 pub mod keys;
 pub mod limiter;
+pub mod pod;
 pub mod queue;
 pub mod reflect;
 pub mod shared;
@@ -45,6 +46,7 @@ pub mod worker;
 
 pub use index::ControllerIndex;
 pub use keys::ObjectKey;
+pub use pod::SlimPod;
 pub use queue::WorkQueue;
 pub use reflect::{Change, reflect, reflect_slim, reflect_with};
 pub use shared::{Informers, SharedInformer};

@@ -11,14 +11,14 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::reflect::{Change, Reflected, Sink, slim_meta, spawn_reflector};
+use super::pod::SlimPod;
+use super::reflect::{Change, Reflected, Sink, spawn_reflector};
 
 type Handler<K> = Box<dyn FnMut(Change<'_, K>) + Send>;
 
@@ -109,7 +109,7 @@ impl<K: Reflected> SharedInformer<K> {
 pub struct Informers {
     client: kube::Client,
     stop: CancellationToken,
-    pods: Arc<OnceLock<SharedInformer<Pod>>>,
+    pods: Arc<OnceLock<SharedInformer<SlimPod>>>,
 }
 
 impl Informers {
@@ -121,13 +121,14 @@ impl Informers {
         }
     }
 
-    /// Every Pod (without managedFields). Call from within the Tokio runtime.
-    pub fn pods(&self) -> &SharedInformer<Pod> {
+    /// Every Pod, as the slim projection the controllers read ([`SlimPod`]: decoded straight
+    /// from the watch, no full object). Call from within the Tokio runtime.
+    pub fn pods(&self) -> &SharedInformer<SlimPod> {
         self.pods.get_or_init(|| {
             SharedInformer::start(
                 Api::all(self.client.clone()),
                 watcher::Config::default(),
-                slim_meta::<Pod>,
+                |_| {},
                 self.stop.clone(),
             )
         })
@@ -138,6 +139,7 @@ impl Informers {
 mod tests {
     use std::sync::Mutex;
 
+    use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::reflector::store::Writer;
 
     use super::*;

@@ -135,21 +135,26 @@ mod tests {
         t0: Instant,
     }
 
+    /// A reconcile that failed on purpose.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct NotYet(String);
+
     impl Reconciler for Flaky {
         type Key = u32;
-        type Error = String;
+        type Error = NotYet;
         fn name(&self) -> &'static str {
             "flaky"
         }
-        async fn reconcile(&self, key: &u32) -> Result<Action, String> {
+        async fn reconcile(&self, key: &u32) -> Result<Action, NotYet> {
             if let Ok(mut s) = self.seen.lock() {
                 s.push((*key, self.t0.elapsed()));
             }
-            let mut f = self.fail.lock().map_err(|e| e.to_string())?;
+            let mut f = self.fail.lock().map_err(|e| NotYet(e.to_string()))?;
             match f.get_mut(key) {
                 Some(n) if *n > 0 => {
                     *n -= 1;
-                    Err(format!("key {key} not yet"))
+                    Err(NotYet(format!("key {key} not yet")))
                 }
                 _ => Ok(Action::Done),
             }

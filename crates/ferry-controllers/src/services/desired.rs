@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Service};
+
+use crate::runtime::SlimPod;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -83,7 +85,7 @@ fn family_of(ip: &str) -> Option<&'static str> {
 }
 
 /// The pod's IP of an address type (from `status.podIPs`, else `status.podIP`).
-pub fn pod_ip(pod: &Pod, address_type: &str) -> Option<String> {
+pub fn pod_ip(pod: &SlimPod, address_type: &str) -> Option<String> {
     let st = pod.status.as_ref()?;
     let mut ips: Vec<String> = st.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect();
     if ips.is_empty()
@@ -96,7 +98,7 @@ pub fn pod_ip(pod: &Pod, address_type: &str) -> Option<String> {
 }
 
 /// Running and with condition Ready=True (seed 002).
-pub fn pod_ready(pod: &Pod) -> bool {
+pub fn pod_ready(pod: &SlimPod) -> bool {
     let Some(st) = pod.status.as_ref() else {
         return false;
     };
@@ -108,11 +110,11 @@ pub fn pod_ready(pod: &Pod) -> bool {
             .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-pub fn pod_terminating(pod: &Pod) -> bool {
+pub fn pod_terminating(pod: &SlimPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-fn pod_terminal(pod: &Pod) -> bool {
+fn pod_terminal(pod: &SlimPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded") | Some("Failed")
@@ -141,7 +143,7 @@ pub fn selector(svc: &Service) -> Option<&BTreeMap<String, String>> {
 /// Resolves a service port's `targetPort` for a pod: a number as is, a name through the pod's
 /// container ports with that name and protocol.
 pub fn resolve_target_port(
-    pod: &Pod,
+    pod: &SlimPod,
     target: Option<&IntOrString>,
     port: i32,
     protocol: &str,
@@ -166,7 +168,7 @@ pub fn resolve_target_port(
 }
 
 /// The endpoint ports of `svc` for `pod` (ports whose named target the pod lacks are left out).
-pub fn endpoint_ports(svc: &Service, pod: &Pod) -> PortSet {
+pub fn endpoint_ports(svc: &Service, pod: &SlimPod) -> PortSet {
     let mut out: PortSet = svc
         .spec
         .as_ref()
@@ -190,7 +192,7 @@ pub fn endpoint_ports(svc: &Service, pod: &Pod) -> PortSet {
 
 /// Whether the pod's hostname goes into the endpoint (hostname + subdomain naming this headless
 /// Service).
-pub fn should_set_hostname(pod: &Pod, svc: &Service) -> bool {
+pub fn should_set_hostname(pod: &SlimPod, svc: &Service) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
@@ -204,7 +206,7 @@ pub fn should_set_hostname(pod: &Pod, svc: &Service) -> bool {
 /// finished.
 pub fn pod_endpoint(
     svc: &Service,
-    pod: &Pod,
+    pod: &SlimPod,
     address_type: &str,
     zone_of_node: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Endpoint> {
@@ -262,10 +264,10 @@ pub fn node_zone(node: &Node) -> Option<String> {
 /// selector matches, in any order).
 pub fn desired_endpoints(
     svc: &Service,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     zone_of_node: &dyn Fn(&str) -> Option<String>,
 ) -> Desired {
-    let mut pods: Vec<&Pod> = pods.to_vec();
+    let mut pods: Vec<&SlimPod> = pods.to_vec();
     pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut out = Desired::new();
     for at in address_types(svc) {
@@ -290,7 +292,7 @@ pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
-    pub fn pod(name: &str, ip: &str, ready: bool) -> Pod {
+    pub fn pod(name: &str, ip: &str, ready: bool) -> SlimPod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
                          "labels": {"app": "web"}},

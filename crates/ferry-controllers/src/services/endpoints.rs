@@ -6,9 +6,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::runtime::SlimPod;
 
 use super::desired::{
     HEADLESS, address_types, endpoint_ports, is_headless, pod_ip, pod_ready, pod_terminating,
@@ -19,7 +21,7 @@ pub const MAX_CAPACITY: usize = 1000;
 pub const OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
 
 /// The Endpoints object the controller wants for `svc` and its selected pods.
-pub fn build(svc: &Service, pods: &[&Pod]) -> Endpoints {
+pub fn build(svc: &Service, pods: &[&SlimPod]) -> Endpoints {
     let family = address_types(svc).into_iter().next().unwrap_or_default();
     let publish = svc
         .spec
@@ -174,7 +176,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pods(n: usize, ready: bool) -> Vec<Pod> {
+    fn pods(n: usize, ready: bool) -> Vec<SlimPod> {
         (0..n)
             .map(|i| {
                 pod(
@@ -191,7 +193,7 @@ mod tests {
         let svc = service("web", json!({}));
         let mut ps = pods(3, true);
         ps.extend(pods(2, false));
-        let refs: Vec<&Pod> = ps.iter().collect();
+        let refs: Vec<&SlimPod> = ps.iter().collect();
         let e = build(&svc, &refs);
         let s = &e.subsets.unwrap()[0];
         assert_eq!(len(&s.addresses), 3);
@@ -204,7 +206,7 @@ mod tests {
     fn over_capacity_1500() {
         let svc = service("web", json!({}));
         let ps = pods(1500, true);
-        let refs: Vec<&Pod> = ps.iter().collect();
+        let refs: Vec<&SlimPod> = ps.iter().collect();
         let e = build(&svc, &refs);
         let total: usize = e
             .subsets
@@ -222,7 +224,7 @@ mod tests {
         let svc = service("web", json!({}));
         let mut ps = pods(900, true);
         ps.extend(pods(300, false));
-        let refs: Vec<&Pod> = ps.iter().collect();
+        let refs: Vec<&SlimPod> = ps.iter().collect();
         let e = build(&svc, &refs);
         let s = &e.subsets.unwrap()[0];
         assert_eq!(len(&s.addresses), 900);

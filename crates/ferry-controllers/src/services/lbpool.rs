@@ -32,12 +32,17 @@ pub struct Pool {
     ranges: Vec<(bool, u128, u128)>,
 }
 
+/// A load-balancer range that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid load-balancer range {0:?}")]
+pub struct PoolError(pub String);
+
 impl std::str::FromStr for Pool {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Pool, String> {
+    type Err = PoolError;
+    fn from_str(s: &str) -> Result<Pool, PoolError> {
         let mut ranges = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let err = || format!("invalid load-balancer range {part:?}");
+            let err = || PoolError(part.to_string());
             if let Some((a, b)) = part.split_once('-') {
                 let a: IpAddr = a.trim().parse().map_err(|_| err())?;
                 let b: IpAddr = b.trim().parse().map_err(|_| err())?;

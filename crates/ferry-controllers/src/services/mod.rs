@@ -20,12 +20,13 @@ pub mod lbpool;
 pub mod mirror;
 pub mod slices;
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::{Endpoints, Event, Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Event, Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -79,7 +80,7 @@ pub struct Controller {
     args: ServiceArgs,
     pool: lbpool::Pool,
     pub services: Arc<Cache<Service>>,
-    pub pods: Arc<Cache<Pod>>,
+    pub pods: Arc<Cache<SlimPod>>,
     pub nodes: Arc<Cache<Node>>,
     pub slices: Arc<Cache<EndpointSlice>>,
     pub endpoints: Arc<Cache<Endpoints>>,
@@ -117,7 +118,7 @@ impl Controller {
         let pool: lbpool::Pool = args
             .loadbalancer_ip_range
             .parse()
-            .map_err(|e: String| anyhow::anyhow!(e))?;
+            .map_err(|e: lbpool::PoolError| anyhow::anyhow!(e))?;
         Ok(Arc::new(Controller {
             client,
             args,
@@ -154,7 +155,7 @@ impl Controller {
         }
     }
 
-    fn on_pod(&self, old: Option<&Pod>, new: Option<&Pod>) {
+    fn on_pod(&self, old: Option<&SlimPod>, new: Option<&SlimPod>) {
         let mut keys = HashSet::new();
         for p in [old, new].into_iter().flatten() {
             let ns = p.namespace().unwrap_or_default();
@@ -319,13 +320,13 @@ impl Controller {
         match selecting {
             Some(svc) => {
                 let sel = desired::selector(svc).cloned().unwrap_or_default();
-                let pods: Vec<Arc<Pod>> = self
+                let pods: Vec<Arc<SlimPod>> = self
                     .pods
                     .in_namespace(&key.0)
                     .into_iter()
                     .filter(|p| desired::selector_matches(&sel, p.metadata.labels.as_ref()))
                     .collect();
-                let refs: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+                let refs: Vec<&SlimPod> = pods.iter().map(|p| p.as_ref()).collect();
                 let mut want = desired::desired_endpoints(svc, &refs, &|n| self.zone_of_node(n));
                 if hints::hints_requested(svc) {
                     self.apply_hints(key, svc, &mut want).await;
@@ -422,7 +423,7 @@ impl Controller {
         }
     }
 
-    async fn sync_endpoints(&self, key: &Key, svc: Option<&Service>, pods: &[&Pod]) -> bool {
+    async fn sync_endpoints(&self, key: &Key, svc: Option<&Service>, pods: &[&SlimPod]) -> bool {
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), &key.0);
         let current = self.endpoints.get(&key.0, &key.1);
         let Some(svc) = svc else {

@@ -282,11 +282,11 @@ mod tests {
     use super::super::desired::tests::{pod, service};
     use super::super::desired::{Desired, desired_endpoints};
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::runtime::SlimPod;
     use serde_json::json;
     use std::collections::HashSet;
 
-    fn pods(n: usize) -> Vec<Pod> {
+    fn pods(n: usize) -> Vec<SlimPod> {
         (0..n)
             .map(|i| {
                 pod(
@@ -298,8 +298,8 @@ mod tests {
             .collect()
     }
 
-    fn desired(svc: &Service, pods: &[Pod]) -> Desired {
-        let refs: Vec<&Pod> = pods.iter().collect();
+    fn desired(svc: &Service, pods: &[SlimPod]) -> Desired {
+        let refs: Vec<&SlimPod> = pods.iter().collect();
         desired_endpoints(svc, &refs, &|_| None)
     }
 
@@ -446,7 +446,7 @@ mod tests {
             &mut n,
         );
         // Remove 5 pods from the first slice's range, add 5 new ones: no create, one update.
-        let mut now: Vec<Pod> = ps[5..200].to_vec();
+        let mut now: Vec<SlimPod> = ps[5..200].to_vec();
         now.extend(pods(205)[200..].iter().cloned());
         let plan = reconcile(&svc, &desired(&svc, &now), &slices, 100);
         assert!(plan.create.is_empty() && plan.delete.is_empty(), "{plan:?}");
@@ -503,7 +503,7 @@ mod tests {
             let mut n = 0;
             for (a, b) in steps {
                 let (lo, hi) = (a.min(b), a.max(b));
-                let cur: Vec<Pod> = all[lo..hi].to_vec();
+                let cur: Vec<SlimPod> = all[lo..hi].to_vec();
                 let plan = reconcile(&svc, &desired(&svc, &cur), &slices, max);
                 apply(&mut slices, &plan, &mut n);
                 let mut want: Vec<String> = cur.iter().map(|p| p.status.as_ref().unwrap().pod_ip.clone().unwrap()).collect();

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::runtime::SlimPod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -191,7 +191,7 @@ pub async fn exec(client: &kube::Client, w: Write) -> Result<Done, kube::Error> 
 
 // ---- pods ----
 
-pub fn is_terminal(p: &Pod) -> bool {
+pub fn is_terminal(p: &SlimPod) -> bool {
     matches!(
         p.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -203,11 +203,11 @@ pub fn is_deleting(meta: &ObjectMeta) -> bool {
 }
 
 /// Not terminal and not being deleted (upstream's `IsPodActive`).
-pub fn is_active(p: &Pod) -> bool {
+pub fn is_active(p: &SlimPod) -> bool {
     !is_terminal(p) && !is_deleting(&p.metadata)
 }
 
-pub fn is_ready(p: &Pod) -> bool {
+pub fn is_ready(p: &SlimPod) -> bool {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -217,7 +217,7 @@ pub fn is_ready(p: &Pod) -> bool {
 }
 
 /// When the pod became Ready (seconds since the epoch).
-pub fn ready_since(p: &Pod) -> Option<i64> {
+pub fn ready_since(p: &SlimPod) -> Option<i64> {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -229,7 +229,7 @@ pub fn ready_since(p: &Pod) -> Option<i64> {
 }
 
 /// Ready for at least `min_ready` seconds at `now`.
-pub fn is_available(p: &Pod, min_ready: i32, now: i64) -> bool {
+pub fn is_available(p: &SlimPod, min_ready: i32, now: i64) -> bool {
     is_ready(p)
         && (min_ready <= 0 || ready_since(p).is_some_and(|t| t + i64::from(min_ready) <= now))
 }
@@ -595,7 +595,7 @@ pub fn reflect_pods_for<O>(
     queue: &std::sync::Arc<crate::runtime::WorkQueue<crate::runtime::ObjectKey>>,
     owners: kube::runtime::reflector::Store<O>,
     selects: fn(&O, &BTreeMap<String, String>) -> bool,
-) -> kube::runtime::reflector::Store<Pod>
+) -> kube::runtime::reflector::Store<SlimPod>
 where
     O: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {

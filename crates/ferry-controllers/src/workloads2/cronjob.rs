@@ -37,10 +37,15 @@ pub struct Plan {
     pub events: Vec<(&'static str, &'static str, String)>,
 }
 
+/// A `spec.timeZone` the time zone database does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown time zone {0}")]
+struct UnknownTimeZone(String);
+
 /// The schedule's time zone: `spec.timeZone`, else the controller's.
-fn zone_of(cj: &CronJob, local: &TimeZone) -> Result<TimeZone, String> {
+fn zone_of(cj: &CronJob, local: &TimeZone) -> Result<TimeZone, UnknownTimeZone> {
     match cj.spec.time_zone.as_deref() {
-        Some(tz) => TimeZone::get(tz).map_err(|_| format!("unknown time zone {tz}")),
+        Some(tz) => TimeZone::get(tz).map_err(|_| UnknownTimeZone(tz.to_string())),
         None => Ok(local.clone()),
     }
 }
@@ -169,7 +174,7 @@ pub fn plan(cj: &CronJob, jobs: &[&Job], now: Timestamp, local: &TimeZone) -> Pl
             (Err(e), _) => {
                 out.note = Some(format!("unparseable schedule: {:?} : {e}", spec.schedule))
             }
-            (_, Err(e)) => out.note = Some(e),
+            (_, Err(e)) => out.note = Some(e.to_string()),
             (Ok(sched), Ok(zone)) => {
                 let created_at = cj
                     .metadata

@@ -7,12 +7,13 @@
 //! `metadata.name` node affinity upstream sets). RollingUpdate honours `maxUnavailable` and
 //! `maxSurge`; OnDelete replaces only pods deleted by the user.
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Taint, Toleration};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
@@ -150,7 +151,7 @@ fn template_value(ds: &DaemonSet) -> Value {
     serde_json::to_value(&ds.spec.template).unwrap_or(json!({}))
 }
 
-fn node_of(p: &Pod) -> String {
+fn node_of(p: &SlimPod) -> String {
     p.spec
         .as_ref()
         .and_then(|s| s.node_name.clone())
@@ -194,7 +195,7 @@ pub fn new_pod(ds: &DaemonSet, node: &str, hash: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
 }
 
-fn pod_hash(p: &Pod) -> String {
+fn pod_hash(p: &SlimPod) -> String {
     p.labels().get(REVISION_LABEL).cloned().unwrap_or_default()
 }
 
@@ -202,7 +203,7 @@ fn pod_hash(p: &Pod) -> String {
 pub fn plan(
     ds: &DaemonSet,
     nodes: &[&Node],
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     revisions: &[&ControllerRevision],
     now: i64,
 ) -> Plan {
@@ -248,7 +249,7 @@ pub fn plan(
         }
     };
     let min_ready = ds.spec.min_ready_seconds.unwrap_or(0);
-    let mut by_node: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    let mut by_node: BTreeMap<String, Vec<&SlimPod>> = BTreeMap::new();
     for p in pods {
         by_node.entry(node_of(p)).or_default().push(p);
     }
@@ -258,7 +259,7 @@ pub fn plan(
         .map(|n| n.name_any())
         .collect();
     let eligible_set: HashSet<&String> = eligible.iter().collect();
-    let del = |p: &Pod| Write::delete(Res::Pods, &ns, &p.name_any(), p.uid().as_deref());
+    let del = |p: &SlimPod| Write::delete(Res::Pods, &ns, &p.name_any(), p.uid().as_deref());
 
     // Pods on nodes that should not run them, or on nodes that are gone.
     let mut misscheduled = 0;
@@ -291,10 +292,10 @@ pub fn plan(
     let (mut current, mut ready, mut available, mut updated) = (0, 0, 0, 0);
     // Per eligible node: (old available pods, new pod state).
     let mut unavailable_nodes = 0;
-    let mut old_candidates: Vec<(&Pod, bool, bool)> = Vec::new(); // (pod, available, new_available)
+    let mut old_candidates: Vec<(&SlimPod, bool, bool)> = Vec::new(); // (pod, available, new_available)
     let mut surging = 0;
     for node in &eligible {
-        let ps: Vec<&Pod> = by_node.get(node).cloned().unwrap_or_default();
+        let ps: Vec<&SlimPod> = by_node.get(node).cloned().unwrap_or_default();
         // Failed pods are deleted (and replaced on a later sync).
         for p in ps
             .iter()
@@ -302,15 +303,16 @@ pub fn plan(
         {
             out.writes.push(del(p));
         }
-        let mut live: Vec<&Pod> = ps.iter().copied().filter(|p| !is_terminal(p)).collect();
+        let mut live: Vec<&SlimPod> = ps.iter().copied().filter(|p| !is_terminal(p)).collect();
         live.sort_by_key(|p| p.creation_timestamp().map(|t| t.0));
-        let (new, old): (Vec<&Pod>, Vec<&Pod>) = live.iter().partition(|p| pod_hash(p) == hash);
-        let active_new: Vec<&Pod> = new
+        let (new, old): (Vec<&SlimPod>, Vec<&SlimPod>) =
+            live.iter().partition(|p| pod_hash(p) == hash);
+        let active_new: Vec<&SlimPod> = new
             .iter()
             .copied()
             .filter(|p| !is_deleting(&p.metadata))
             .collect();
-        let active_old: Vec<&Pod> = old
+        let active_old: Vec<&SlimPod> = old
             .iter()
             .copied()
             .filter(|p| !is_deleting(&p.metadata))
@@ -436,14 +438,14 @@ pub fn plan(
 
 /// Upstream's `ControllerRefManager.ClaimPods` for a DaemonSet: the namespace's pods its selector
 /// matches are adopted (with the tracking finalizer), owned pods it no longer matches are released.
-pub fn claim(ds: &DaemonSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+pub fn claim(ds: &DaemonSet, candidates: &[&SlimPod]) -> common::ClaimPlan<SlimPod> {
     let owner = common::Claimer {
         api_version: "apps/v1",
         kind: "DaemonSet",
         meta: &ds.metadata,
         finalizer: None,
     };
-    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &SlimPod| {
         common::selects(&ds.spec.selector, p.labels())
     })
 }
@@ -454,7 +456,7 @@ pub struct DaemonSetController {
     client: kube::Client,
     sets: Store<DaemonSet>,
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
     revisions: Store<ControllerRevision>,
     expect: Expectations,
 }
@@ -471,7 +473,7 @@ impl Reconciler for DaemonSetController {
         };
         let uid = ds.uid().unwrap_or_default();
         let all = self.pods.state();
-        let candidates: Vec<&Pod> = all
+        let candidates: Vec<&SlimPod> = all
             .iter()
             .map(|p| p.as_ref())
             .filter(|p| p.namespace() == ds.namespace())
@@ -480,7 +482,7 @@ impl Reconciler for DaemonSetController {
         if !common::exec_claim(&self.client, Res::DaemonSets, &ds.metadata, claimed.writes).await? {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
-        let pods: Vec<&Pod> = claimed.owned.iter().collect();
+        let pods: Vec<&SlimPod> = claimed.owned.iter().collect();
         let revs = self.revisions.state();
         let revisions: Vec<&ControllerRevision> = revs
             .iter()
@@ -598,7 +600,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(name: &str, node: &str, hash: &str, ready: bool) -> Pod {
+    fn pod(name: &str, node: &str, hash: &str, ready: bool) -> SlimPod {
         serde_json::from_value(json!({"metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}"),
             "labels": {"app": "agent", REVISION_LABEL: hash},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "du", "controller": true}]},
@@ -741,10 +743,10 @@ mod tests {
             .map(|i| node(&format!("n{i}"), json!({}), json!(null)))
             .collect();
         let nr: Vec<&Node> = nodes.iter().collect();
-        let pods: Vec<Pod> = (1..=3)
+        let pods: Vec<SlimPod> = (1..=3)
             .map(|i| pod(&format!("agent-{i}"), &format!("n{i}"), old, true))
             .collect();
-        let pr: Vec<&Pod> = pods.iter().collect();
+        let pr: Vec<&SlimPod> = pods.iter().collect();
         // maxUnavailable 1: one old pod at a time.
         assert_eq!(
             summary(&plan(&d, &nr, &pr, &[], NOW)),

@@ -7,12 +7,12 @@
 //! ReplicaSet's or StatefulSet's `spec.replicas`), as upstream; pods whose controller has no
 //! scale count one each.
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -29,7 +29,7 @@ use crate::runtime::{self, Action, ObjectKey, Reconciler, WorkQueue, keys};
 pub const DELETION_TIMEOUT: i64 = 120;
 
 /// `(uid of the scaled controller, its replicas)` for a pod, when known.
-pub type ScaleOf<'a> = dyn Fn(&Pod) -> Option<(String, i32)> + 'a;
+pub type ScaleOf<'a> = dyn Fn(&SlimPod) -> Option<(String, i32)> + 'a;
 
 fn selects(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
     let Some(sel) = pdb.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
@@ -59,13 +59,13 @@ fn percent(v: &IntOrString, total: i32, round_up: bool) -> i32 {
 /// The PDB status for the selected `pods` at `now` (seconds); `None` = unchanged.
 pub fn plan(
     pdb: &PodDisruptionBudget,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     scale_of: &ScaleOf<'_>,
     now: i64,
 ) -> Option<Write> {
     let spec = pdb.spec.clone().unwrap_or_default();
     let st = pdb.status.clone().unwrap_or_default();
-    let selected: Vec<&Pod> = pods
+    let selected: Vec<&SlimPod> = pods
         .iter()
         .copied()
         .filter(|p| selects(pdb, p.labels()))
@@ -161,14 +161,14 @@ pub fn plan(
 pub struct DisruptionController {
     client: kube::Client,
     pdbs: Store<PodDisruptionBudget>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
     replica_sets: Store<ReplicaSet>,
     deployments: Store<Deployment>,
     stateful_sets: Store<StatefulSet>,
 }
 
 impl DisruptionController {
-    fn scale_of(&self, p: &Pod) -> Option<(String, i32)> {
+    fn scale_of(&self, p: &SlimPod) -> Option<(String, i32)> {
         let r = keys::controller_ref(&p.metadata)?;
         let ns = p.namespace().unwrap_or_default();
         match r.kind.as_str() {
@@ -202,7 +202,7 @@ impl Reconciler for DisruptionController {
             return Ok(Action::Done);
         };
         let all = self.pods.state();
-        let pods: Vec<&Pod> = all
+        let pods: Vec<&SlimPod> = all
             .iter()
             .map(|p| p.as_ref())
             .filter(|p| p.namespace() == pdb.namespace())
@@ -334,7 +334,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(name: &str, ready: bool, owner: Option<&str>) -> Pod {
+    fn pod(name: &str, ready: bool, owner: Option<&str>) -> SlimPod {
         let mut p = json!({"metadata": {"name": name, "namespace": "d", "labels": {"app": "web"}},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}});
         if let Some(o) = owner {
@@ -357,7 +357,7 @@ mod tests {
             pod("b", true, None),
             pod("c", false, None),
         );
-        let none = |_: &Pod| None;
+        let none = |_: &SlimPod| None;
         let st = status(plan(
             &pdb(json!({"minAvailable": 1}), json!({})),
             &[&a, &b, &c],
@@ -381,7 +381,7 @@ mod tests {
         assert_eq!(st["conditions"][0]["reason"], json!("InsufficientPods"));
         // maxUnavailable over the controller's scale (4 replicas, 2 healthy): 4 - 1 = 3 desired.
         let (x, y) = (pod("x", true, Some("rs1")), pod("y", true, Some("rs1")));
-        let scale = |p: &Pod| keys::controller_ref(&p.metadata).map(|r| (r.uid.clone(), 4));
+        let scale = |p: &SlimPod| keys::controller_ref(&p.metadata).map(|r| (r.uid.clone(), 4));
         let st = status(plan(
             &pdb(json!({"maxUnavailable": 1}), json!({})),
             &[&x, &y],
@@ -404,7 +404,7 @@ mod tests {
     #[test]
     fn disrupted_pods_expire() {
         let (a, b) = (pod("a", true, None), pod("b", true, None));
-        let none = |_: &Pod| None;
+        let none = |_: &SlimPod| None;
         let recent = pdb(
             json!({"minAvailable": 1}),
             json!({"disruptedPods": {"a": common::rfc3339(NOW - 10)}}),

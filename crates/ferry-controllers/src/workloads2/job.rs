@@ -6,12 +6,12 @@
 //! `uncountedTerminatedPods` in the same write), then its finalizer is removed, so a pod is
 //! counted exactly once even if it is deleted right after it finishes.
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
@@ -49,11 +49,11 @@ pub fn finished(st: &JobStatus) -> bool {
     cond_true(st, "Complete") || cond_true(st, "Failed")
 }
 
-fn has_finalizer(p: &Pod) -> bool {
+fn has_finalizer(p: &SlimPod) -> bool {
     p.finalizers().iter().any(|f| f == JOB_TRACKING_FINALIZER)
 }
 
-fn index_of(p: &Pod) -> Option<i32> {
+fn index_of(p: &SlimPod) -> Option<i32> {
     p.annotations()
         .get(JOB_COMPLETION_INDEX)
         .or_else(|| p.labels().get(JOB_COMPLETION_INDEX))
@@ -99,7 +99,7 @@ pub fn parse_indexes(s: &str) -> BTreeSet<i32> {
 }
 
 /// What the pod failure policy says about a failed pod: `None` = no rule matched (count it).
-pub fn failure_policy_action(spec: &JobSpec, p: &Pod) -> Option<(String, String)> {
+pub fn failure_policy_action(spec: &JobSpec, p: &SlimPod) -> Option<(String, String)> {
     let pfp = spec.pod_failure_policy.as_ref()?;
     for (i, r) in pfp.rules.iter().enumerate() {
         if let Some(ec) = &r.on_exit_codes {
@@ -158,7 +158,7 @@ pub fn failure_policy_action(spec: &JobSpec, p: &Pod) -> Option<(String, String)
     None
 }
 
-fn finish_time(p: &Pod) -> Option<i64> {
+fn finish_time(p: &SlimPod) -> Option<i64> {
     p.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -212,7 +212,7 @@ pub fn new_pod(job: &Job, index: Option<i32>) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pspec})
 }
 
-fn remove_finalizer_patch(p: &Pod) -> Value {
+fn remove_finalizer_patch(p: &SlimPod) -> Value {
     let rest: Vec<String> = p
         .finalizers()
         .iter()
@@ -224,14 +224,14 @@ fn remove_finalizer_patch(p: &Pod) -> Value {
 }
 
 /// Plans one sync of `job` with the pods it controls at `now` (seconds).
-pub fn plan(job: &Job, pods: &[&Pod], now: i64) -> Plan {
+pub fn plan(job: &Job, pods: &[&SlimPod], now: i64) -> Plan {
     let mut out = Plan::default();
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let spec = job.spec.clone().unwrap_or_default();
     let st = job.status.clone().unwrap_or_default();
     let pod_write =
-        |p: &Pod| Write::patch(Res::Pods, &ns, &p.name_any(), remove_finalizer_patch(p));
+        |p: &SlimPod| Write::patch(Res::Pods, &ns, &p.name_any(), remove_finalizer_patch(p));
 
     // Finished or going away: release every tracked pod; TTL.
     if finished(&st) || is_deleting(&job.metadata) {
@@ -298,7 +298,7 @@ pub fn plan(job: &Job, pods: &[&Pod], now: i64) -> Plan {
     let mut completed: BTreeSet<i32> = parse_indexes(st.completed_indexes.as_deref().unwrap_or(""));
     let mut new_uncounted_s: Vec<String> = Vec::new();
     let mut new_uncounted_f: Vec<String> = Vec::new();
-    let mut release: Vec<&Pod> = Vec::new();
+    let mut release: Vec<&SlimPod> = Vec::new();
     let mut fail_reason: Option<(String, String)> = None;
     let mut last_failure: Option<i64> = None;
     for p in pods {
@@ -349,7 +349,7 @@ pub fn plan(job: &Job, pods: &[&Pod], now: i64) -> Plan {
     if indexed {
         succeeded = completed.len() as i32;
     }
-    let active: Vec<&Pod> = pods.iter().copied().filter(|p| is_active(p)).collect();
+    let active: Vec<&SlimPod> = pods.iter().copied().filter(|p| is_active(p)).collect();
     let terminating = pods
         .iter()
         .filter(|p| is_deleting(&p.metadata) && !is_terminal(p))
@@ -587,14 +587,14 @@ fn normalise(v: Option<&Value>) -> Value {
 
 /// Upstream's `ControllerRefManager.ClaimPods` for a Job: the namespace's pods its selector
 /// matches are adopted (with the tracking finalizer), owned pods it no longer matches are released.
-pub fn claim(job: &Job, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+pub fn claim(job: &Job, candidates: &[&SlimPod]) -> common::ClaimPlan<SlimPod> {
     let owner = common::Claimer {
         api_version: "batch/v1",
         kind: "Job",
         meta: &job.metadata,
         finalizer: Some(JOB_TRACKING_FINALIZER),
     };
-    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &SlimPod| {
         job.spec
             .as_ref()
             .and_then(|s| s.selector.as_ref())
@@ -629,7 +629,7 @@ fn resolve_job(
 /// deleted (`gone`: deletionTimestamp set, or the delete event) while its Job is gone or
 /// finished — cases in which no Job sync will remove the finalizer.
 pub fn orphan_needs_release(
-    p: &Pod,
+    p: &SlimPod,
     gone: bool,
     job_named: &dyn Fn(&str) -> Option<JobRef>,
 ) -> bool {
@@ -648,7 +648,7 @@ pub fn orphan_needs_release(
 /// The orphan worker's decision for a cached pod (upstream's `syncOrphanPod`): remove the
 /// tracking finalizer unless the pod is controlled by something other than a batch/v1 Job, or
 /// by a Job that exists and has not finished (it was adopted; that Job's sync releases it).
-pub fn plan_orphan(p: &Pod, job_named: &dyn Fn(&str) -> Option<JobRef>) -> Option<Write> {
+pub fn plan_orphan(p: &SlimPod, job_named: &dyn Fn(&str) -> Option<JobRef>) -> Option<Write> {
     if !has_finalizer(p) {
         return None;
     }
@@ -684,7 +684,7 @@ fn job_lookup(jobs: &Store<Job>, ns: &str) -> impl Fn(&str) -> Option<JobRef> {
 pub struct OrphanPods {
     client: kube::Client,
     jobs: Store<Job>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
 }
 
 impl Reconciler for OrphanPods {
@@ -709,7 +709,7 @@ impl Reconciler for OrphanPods {
 pub struct JobController {
     client: kube::Client,
     jobs: Store<Job>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
     expect: Expectations,
 }
 
@@ -748,7 +748,7 @@ impl Reconciler for JobController {
         };
         let uid = job.uid().unwrap_or_default();
         let all = self.pods.state();
-        let candidates: Vec<&Pod> = all
+        let candidates: Vec<&SlimPod> = all
             .iter()
             .map(|p| p.as_ref())
             .filter(|p| p.namespace() == job.namespace())
@@ -757,7 +757,7 @@ impl Reconciler for JobController {
         if !common::exec_claim(&self.client, Res::Jobs, &job.metadata, claimed.writes).await? {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
-        let pods: Vec<&Pod> = claimed.owned.iter().collect();
+        let pods: Vec<&SlimPod> = claimed.owned.iter().collect();
         let present: HashSet<String> = pods.iter().map(|p| p.name_any()).collect();
         if !self.expect.satisfied(&uid, &present) {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
@@ -859,7 +859,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(name: &str, phase: &str, exit: Option<i32>, finalizer: bool) -> Pod {
+    fn pod(name: &str, phase: &str, exit: Option<i32>, finalizer: bool) -> SlimPod {
         let mut p = json!({"metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}"),
             "resourceVersion": "5",
             "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "pi", "uid": "ju", "controller": true}]},
@@ -1091,7 +1091,7 @@ mod tests {
             if !owned {
                 p["metadata"]["ownerReferences"] = Value::Null;
             }
-            serde_json::from_value::<Pod>(p).unwrap()
+            serde_json::from_value::<SlimPod>(p).unwrap()
         };
         let pods = [
             mk("a", lab.clone(), true, "Running"),
@@ -1100,7 +1100,7 @@ mod tests {
             mk("d", lab.clone(), false, "Succeeded"),
             mk("e", json!({"x": "y"}), false, "Running"),
         ];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&SlimPod> = pods.iter().collect();
         let plan = claim(&j, &refs);
         assert_eq!(
             common::claim_outcomes(&plan, &["a", "b", "c", "d", "e"], "ju"),
@@ -1274,7 +1274,7 @@ mod tests {
             if deleting {
                 p["metadata"]["deletionTimestamp"] = json!(rfc3339(NOW));
             }
-            let p: Pod = serde_json::from_value(p).unwrap();
+            let p: SlimPod = serde_json::from_value(p).unwrap();
             let lookup = |name: &str| {
                 cached
                     .filter(|_| name == "pi")

@@ -9,12 +9,12 @@
 //! `volumeClaimTemplates` are stored and each pod refers to its claim `<claim>-<set>-<n>`, as
 //! upstream; Ferry does not provision volumes (PersistentVolumeClaims are not served).
 
+use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
@@ -48,11 +48,11 @@ fn template_value(sts: &StatefulSet) -> Value {
     serde_json::to_value(&sts.spec.template).unwrap_or(json!({}))
 }
 
-fn revision_of(p: &Pod) -> String {
+fn revision_of(p: &SlimPod) -> String {
     p.labels().get(REVISION_LABEL).cloned().unwrap_or_default()
 }
 
-fn running_and_ready(p: &Pod) -> bool {
+fn running_and_ready(p: &SlimPod) -> bool {
     p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && is_ready(p)
 }
 
@@ -118,7 +118,12 @@ fn new_revision(sts: &StatefulSet, name: &str, hash: &str, data: &Value, number:
 }
 
 /// Plans one sync of `sts` with the pods and revisions it controls, at `now` (seconds).
-pub fn plan(sts: &StatefulSet, pods: &[&Pod], revisions: &[&ControllerRevision], now: i64) -> Plan {
+pub fn plan(
+    sts: &StatefulSet,
+    pods: &[&SlimPod],
+    revisions: &[&ControllerRevision],
+    now: i64,
+) -> Plan {
     let mut out = Plan::default();
     let ns = sts.namespace().unwrap_or_default();
     let set = sts.name_any();
@@ -186,7 +191,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod], revisions: &[&ControllerRevision],
         .unwrap_or(0);
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
 
-    let mut by_ordinal: BTreeMap<i32, &Pod> = BTreeMap::new();
+    let mut by_ordinal: BTreeMap<i32, &SlimPod> = BTreeMap::new();
     for p in pods {
         if let Some(o) = ordinal_of(&set, &p.name_any()) {
             by_ordinal.insert(o, p);
@@ -235,7 +240,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod], revisions: &[&ControllerRevision],
     }
     // Condemned pods (ordinals out of range): highest first; OrderedReady one at a time and only
     // when every other pod is healthy.
-    let condemned: Vec<&&Pod> = by_ordinal
+    let condemned: Vec<&&SlimPod> = by_ordinal
         .iter()
         .rev()
         .filter(|(o, _)| **o < start || **o >= end)
@@ -312,7 +317,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod], revisions: &[&ControllerRevision],
     }
 
     // Status.
-    let counted: Vec<&&Pod> = pods.iter().filter(|p| !is_terminal(p)).collect();
+    let counted: Vec<&&SlimPod> = pods.iter().filter(|p| !is_terminal(p)).collect();
     let status_replicas = counted.len() as i32;
     let ready = counted.iter().filter(|p| is_ready(p)).count() as i32;
     let available = counted
@@ -367,7 +372,7 @@ fn is_member(set: &str, pod: &str) -> bool {
 
 /// Upstream's `getPodsForStatefulSet`: the set claims the namespace's pods its selector
 /// matches and whose name makes them members (`<set>-<ordinal>`); it releases the others.
-pub fn claim(sts: &StatefulSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
+pub fn claim(sts: &StatefulSet, candidates: &[&SlimPod]) -> common::ClaimPlan<SlimPod> {
     let owner = common::Claimer {
         api_version: "apps/v1",
         kind: "StatefulSet",
@@ -375,7 +380,7 @@ pub fn claim(sts: &StatefulSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
         finalizer: None,
     };
     let set = sts.name_any();
-    common::plan_claim(&owner, Res::Pods, candidates, |p: &Pod| {
+    common::plan_claim(&owner, Res::Pods, candidates, |p: &SlimPod| {
         common::selects(&sts.spec.selector, p.labels()) && is_member(&set, &p.name_any())
     })
 }
@@ -385,7 +390,7 @@ pub fn claim(sts: &StatefulSet, candidates: &[&Pod]) -> common::ClaimPlan<Pod> {
 pub struct StatefulSetController {
     client: kube::Client,
     sets: Store<StatefulSet>,
-    pods: Store<Pod>,
+    pods: Store<SlimPod>,
     revisions: Store<ControllerRevision>,
     expect: Expectations,
 }
@@ -402,7 +407,7 @@ impl Reconciler for StatefulSetController {
         };
         let uid = sts.uid().unwrap_or_default();
         let all = self.pods.state();
-        let candidates: Vec<&Pod> = all
+        let candidates: Vec<&SlimPod> = all
             .iter()
             .map(|p| p.as_ref())
             .filter(|p| p.namespace() == sts.namespace())
@@ -418,7 +423,7 @@ impl Reconciler for StatefulSetController {
         {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
-        let pods: Vec<&Pod> = claimed.owned.iter().collect();
+        let pods: Vec<&SlimPod> = claimed.owned.iter().collect();
         let revs = self.revisions.state();
         let revisions: Vec<&ControllerRevision> = revs
             .iter()
@@ -514,7 +519,7 @@ mod tests {
         .unwrap()
     }
 
-    fn pod(o: i32, rev: &str, ready: bool) -> Pod {
+    fn pod(o: i32, rev: &str, ready: bool) -> SlimPod {
         serde_json::from_value(json!({"metadata": {"name": format!("web-{o}"), "namespace": "d", "uid": format!("p{o}"),
             "labels": {"app": "web", REVISION_LABEL: rev},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "su", "controller": true}]},
@@ -693,7 +698,7 @@ mod tests {
         assert_eq!(ordinal_of("web", "webx-1"), None);
     }
 
-    fn claim_pod(name: &str, labels: Value, owner: Option<&str>, deleting: bool) -> Pod {
+    fn claim_pod(name: &str, labels: Value, owner: Option<&str>, deleting: bool) -> SlimPod {
         let mut p = json!({"metadata": {"name": name, "namespace": "d", "uid": format!("u-{name}"),
             "resourceVersion": "7", "labels": labels}});
         if let Some(o) = owner {
@@ -720,7 +725,7 @@ mod tests {
             claim_pod("web-x", app.clone(), None, false),       // no ordinal
             claim_pod("web-5", app.clone(), Some("su"), true),  // ours, deleting, matching
         ];
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&SlimPod> = pods.iter().collect();
         let names: Vec<&str> = [
             "web-0", "web-1", "web-2", "web-3", "web-4", "db-0", "web-x", "web-5",
         ]
