@@ -62,22 +62,39 @@ pub enum ProxyAction {
     Trace(kernel::TraceArgs),
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A command-line value that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    #[error("invalid duration {0:?} (use e.g. 250ms, 1s, 5m)")]
+    Duration(String),
+    #[error("invalid duration unit in {0:?} (ms, s, m, h)")]
+    DurationUnit(String),
+    #[error(transparent)]
+    DurationRange(#[from] std::time::TryFromFloatSecsError),
+    #[error("invalid address {0:?} (IP:port, or empty to disable)")]
+    OptAddr(String),
+    #[error("unknown scheduler {0:?} (expected rr, random, lc, dh, sh, sed or nq)")]
+    Scheduler(String),
+    #[error("unknown protocol {0:?} (tcp, udp, sctp)")]
+    Protocol(String),
+    #[error("invalid address {0:?} (IP:PORT or [IPv6]:PORT)")]
+    Target(String),
+}
+
+fn parse_duration(s: &str) -> Result<Duration, ArgError> {
     let s = s.trim();
     let (num, unit) = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .map_or((s, "s"), |i| (&s[..i], &s[i..]));
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (use e.g. 250ms, 1s, 5m)"))?;
+    let v: f64 = num.parse().map_err(|_| ArgError::Duration(s.to_string()))?;
     let secs = match unit {
         "ms" => v / 1000.0,
         "s" => v,
         "m" => v * 60.0,
         "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h)")),
+        _ => return Err(ArgError::DurationUnit(s.to_string())),
     };
-    Duration::try_from_secs_f64(secs).map_err(|e| e.to_string())
+    Ok(Duration::try_from_secs_f64(secs)?)
 }
 
 /// An optional listen address: `IP:port`, or empty (or `off`) for none.
@@ -85,14 +102,14 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 pub struct OptAddr(pub Option<SocketAddr>);
 
 impl std::str::FromStr for OptAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ArgError;
+    fn from_str(s: &str) -> Result<Self, ArgError> {
         if s.is_empty() || s == "off" {
             return Ok(OptAddr(None));
         }
         s.parse()
             .map(|a| OptAddr(Some(a)))
-            .map_err(|_| format!("invalid address {s:?} (IP:port, or empty to disable)"))
+            .map_err(|_| ArgError::OptAddr(s.to_string()))
     }
 }
 

@@ -36,8 +36,8 @@ pub enum Scheduler {
 }
 
 impl FromStr for Scheduler {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ArgError;
+    fn from_str(s: &str) -> Result<Self, crate::ArgError> {
         Ok(match s.trim().to_ascii_lowercase().as_str() {
             "rr" | "roundrobin" | "round-robin" => Scheduler::RoundRobin,
             "random" => Scheduler::Random,
@@ -46,11 +46,7 @@ impl FromStr for Scheduler {
             "sh" => Scheduler::SourceHashing,
             "sed" => Scheduler::ShortestExpectedDelay,
             "nq" => Scheduler::NeverQueue,
-            other => {
-                return Err(format!(
-                    "unknown scheduler {other:?} (expected rr, random, lc, dh, sh, sed or nq)"
-                ));
-            }
+            other => return Err(crate::ArgError::Scheduler(other.to_string())),
         })
     }
 }

@@ -443,17 +443,17 @@ pub fn trace(rs: &Ruleset, pkt: &Packet, local: &BTreeSet<IpAddr>) -> Trace {
 }
 
 /// Parses `IP:PORT/PROTO` (`[v6]:PORT/PROTO`; the protocol defaults to TCP).
-pub fn parse_target(s: &str) -> Result<(IpAddr, u16, Proto), String> {
+pub fn parse_target(s: &str) -> Result<(IpAddr, u16, Proto), crate::ArgError> {
     let (addr, proto) = match s.rsplit_once('/') {
         Some((a, p)) => (
             a,
             Proto::parse(Some(&p.to_ascii_uppercase()))
-                .ok_or_else(|| format!("unknown protocol {p:?} (tcp, udp, sctp)"))?,
+                .ok_or_else(|| crate::ArgError::Protocol(p.to_string()))?,
         ),
         None => (s, Proto::Tcp),
     };
     let sa: SocketAddr = addr
         .parse()
-        .map_err(|_| format!("invalid address {addr:?} (IP:PORT or [IPv6]:PORT)"))?;
+        .map_err(|_| crate::ArgError::Target(addr.to_string()))?;
     Ok((sa.ip(), sa.port(), proto))
 }
