@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::gc_core::{self, Dependent, OwnerState, Policy, Ref, Verdict};
 use super::graph::{Caches, Watched};
-use crate::runtime::{self, Action, Reconciler};
+use crate::runtime::{self, Action, MetaObject, Reconciler};
 
 /// Upstream's `--concurrent-gc-syncs` and `--concurrent-namespace-syncs` defaults.
 const GC_WORKERS: usize = 20;
@@ -60,7 +60,7 @@ fn ignore_gone<T>(r: kube::Result<T>) -> kube::Result<()> {
 
 struct Item {
     res: usize,
-    obj: Arc<DynamicObject>,
+    obj: Arc<MetaObject>,
 }
 
 impl Item {
@@ -418,10 +418,10 @@ impl Gc {
         )
     }
 
-    async fn terminate_namespace(&self, ns: &DynamicObject) -> Result<Action, GcError> {
+    async fn terminate_namespace(&self, ns: &MetaObject) -> Result<Action, GcError> {
         let name = ns.name_any();
         let api: Api<Namespace> = Api::all(self.client.clone());
-        let phase = ns.data.pointer("/status/phase").and_then(|v| v.as_str());
+        let phase = ns.phase.as_deref();
         if phase != Some("Terminating") {
             let patch = json!({"status": {"phase": "Terminating"}});
             api.patch_status(&name, &patch_params(), &Patch::Merge(&patch))

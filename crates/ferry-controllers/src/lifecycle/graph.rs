@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject};
+
+use crate::runtime::MetaObject;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -20,7 +22,7 @@ use crate::runtime::{self, Change, ObjectKey, WorkQueue};
 pub struct Watched {
     pub ar: ApiResource,
     pub namespaced: bool,
-    pub store: Store<DynamicObject>,
+    pub store: Store<MetaObject>,
 }
 
 impl Watched {
@@ -33,7 +35,7 @@ impl Watched {
     }
 
     /// The cached object under `key`.
-    pub fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<MetaObject>> {
         let r = ObjectRef::new_with(&key.name, self.ar.clone());
         let r = if key.namespace.is_empty() {
             r
@@ -72,11 +74,11 @@ pub struct Affected {
     pub namespaces: BTreeSet<String>,
 }
 
-fn uid_of(o: &DynamicObject) -> Option<&str> {
+fn uid_of(o: &MetaObject) -> Option<&str> {
     o.metadata.uid.as_deref().filter(|u| !u.is_empty())
 }
 
-fn owner_uids(o: &DynamicObject) -> Vec<String> {
+fn owner_uids(o: &MetaObject) -> Vec<String> {
     o.metadata
         .owner_references
         .as_deref()
@@ -86,7 +88,7 @@ fn owner_uids(o: &DynamicObject) -> Vec<String> {
         .collect()
 }
 
-fn has_owner_finalizer(o: &DynamicObject) -> bool {
+fn has_owner_finalizer(o: &MetaObject) -> bool {
     o.metadata
         .finalizers
         .as_deref()
@@ -141,7 +143,7 @@ impl Graph {
         &mut self,
         res: usize,
         is_namespace: bool,
-        ch: &Change<'_, DynamicObject>,
+        ch: &Change<'_, MetaObject>,
     ) -> Affected {
         let mut out = Affected::default();
         let mut owners_before: Vec<String> = Vec::new();
@@ -251,7 +253,7 @@ impl Caches {
     }
 
     /// The cached object with `uid`.
-    pub fn object(&self, uid: &str) -> Option<(usize, Arc<DynamicObject>)> {
+    pub fn object(&self, uid: &str) -> Option<(usize, Arc<MetaObject>)> {
         let n = self.graph().node(uid)?.clone();
         let o = self.resources.get(n.res)?.get(&n.key)?;
         Some((n.res, o))
@@ -299,17 +301,13 @@ pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Cach
             let is_namespace = ar.group.is_empty() && ar.kind == "Namespace";
             let (g, gq, nq) = (graph.clone(), gc_queue.clone(), ns_queue.clone());
             // The collectors read only metadata (upstream's use metadata informers), the
-            // namespace controller also a Namespace's status: keep no other body.
-            let slim: fn(&mut DynamicObject) = if is_namespace {
-                runtime::reflect::slim_meta::<DynamicObject>
-            } else {
-                metadata_only
-            };
+            // namespace controller also a Namespace's phase: objects are decoded straight into
+            // that projection ([`MetaObject`]).
             let store = runtime::reflect_slim(
-                Api::<DynamicObject>::all_with(client.clone(), &ar),
+                Api::<MetaObject>::all_with(client.clone(), &ar),
                 watcher::Config::default(),
                 ar.clone(),
-                slim,
+                |_| {},
                 stop.clone(),
                 move |ch| {
                     let affected = g.lock().unwrap_or_else(PoisonError::into_inner).update(
@@ -336,12 +334,6 @@ pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Cach
     })
 }
 
-/// Keeps only an object's metadata (without managedFields) and type.
-fn metadata_only(o: &mut DynamicObject) {
-    runtime::reflect::slim_meta(o);
-    o.data = serde_json::Value::Null;
-}
-
 fn wanted(ar: &ApiResource, caps: &ApiCapabilities) -> bool {
     // Upstream's collector ignores events; the namespace controller still deletes them.
     caps.supports_operation(verbs::LIST)
@@ -356,12 +348,8 @@ mod tests {
 
     use super::*;
 
-    fn obj(ns: &str, name: &str, owners: &[&str], deleting: bool, fins: &[&str]) -> DynamicObject {
-        let mut o = DynamicObject::new(
-            name,
-            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
-        );
-        o.metadata.namespace = (!ns.is_empty()).then(|| ns.to_string());
+    fn obj(ns: &str, name: &str, owners: &[&str], deleting: bool, fins: &[&str]) -> MetaObject {
+        let mut o = MetaObject::new((!ns.is_empty()).then_some(ns), name);
         o.metadata.uid = Some(format!("u-{name}"));
         o.metadata.owner_references = Some(
             owners
@@ -414,7 +402,7 @@ mod tests {
         assert_eq!(g.dependents("u-owner"), vec!["u-dep".to_string()]);
         // A change of the dependent that keeps its (present) owners: nothing to do.
         let mut dep_status = dep.clone();
-        dep_status.data = serde_json::json!({"data": {"k": "v"}});
+        dep_status.metadata.resource_version = Some("2".into());
         let a = g.update(
             0,
             false,

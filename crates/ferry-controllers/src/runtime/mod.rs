@@ -38,6 +38,7 @@
 pub mod index;
 pub mod keys;
 pub mod limiter;
+pub mod meta;
 pub mod pod;
 pub mod queue;
 pub mod reflect;
@@ -46,6 +47,7 @@ pub mod worker;
 
 pub use index::ControllerIndex;
 pub use keys::ObjectKey;
+pub use meta::MetaObject;
 pub use pod::SlimPod;
 pub use queue::WorkQueue;
 pub use reflect::{Change, reflect, reflect_slim, reflect_with};
