@@ -81,19 +81,28 @@ pub struct DnsArgs {
     pub tcp_idle_timeout: Duration,
 }
 
+/// A `--tcp-idle-timeout` that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("invalid duration {0:?} (use e.g. 500ms, 10s, 2m)")]
+    Number(String),
+    #[error("invalid duration unit in {0:?} (ms, s, m)")]
+    Unit(String),
+}
+
 /// Parses `250ms`, `10s`, `2m` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("invalid duration {s:?} (use e.g. 500ms, 10s, 2m)"))?;
+        .map_err(|_| DurationError::Number(s.to_string()))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "" | "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("invalid duration unit in {s:?} (ms, s, m)")),
+        _ => Err(DurationError::Unit(s.to_string())),
     }
 }
 
