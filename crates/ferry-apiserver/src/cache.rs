@@ -188,8 +188,22 @@ impl Default for HistoryBound {
     }
 }
 
+/// The size of one resource's cache ([`ResourceCache::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    pub objects: usize,
+    /// The objects' JSON bytes (the bulk of the cache's memory; see the module docs for the
+    /// per-object overhead on top).
+    pub object_bytes: usize,
+    pub history_events: usize,
+    /// The history's bytes as charged against [`HISTORY_BYTES`].
+    pub history_bytes: usize,
+}
+
 struct State {
     items: BTreeMap<String, Arc<CachedObject>>,
+    /// The sum of the items' JSON sizes.
+    item_bytes: usize,
     /// Every recent event with the store key of its object, oldest first.
     history: VecDeque<(Arc<str>, Arc<CacheEvent>)>,
     /// The sum of the history entries' weights.
@@ -278,6 +292,7 @@ impl ResourceCache {
         ResourceCache {
             state: RwLock::new(State {
                 items: BTreeMap::new(),
+                item_bytes: 0,
                 history: VecDeque::new(),
                 history_bytes: 0,
                 oldest: start,
@@ -320,6 +335,17 @@ impl ResourceCache {
     pub fn history_size(&self) -> (usize, usize, Revision) {
         let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         (st.history.len(), st.history_bytes, st.oldest)
+    }
+
+    /// What this resource holds: its objects (count and JSON bytes) and its watch history.
+    pub fn stats(&self) -> CacheStats {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
+        CacheStats {
+            objects: st.items.len(),
+            object_bytes: st.item_bytes,
+            history_events: st.history.len(),
+            history_bytes: st.history_bytes,
+        }
     }
 
     /// Every object under `prefix` as it was at revision `at`, in key order: the current objects
@@ -459,18 +485,19 @@ impl ResourceCache {
     fn apply(&self, key: &str, ev: CacheEvent) {
         let ev = Arc::new(ev);
         let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
-        match ev.kind {
-            EventType::Deleted => {
-                st.items.remove(key);
-            }
+        let (added, removed) = match ev.kind {
+            EventType::Deleted => (0, st.items.remove(key).map_or(0, |o| o.bytes.len())),
             _ => {
-                if let Some(slot) = st.items.get_mut(key) {
-                    *slot = ev.object.clone();
+                let old = if let Some(slot) = st.items.get_mut(key) {
+                    std::mem::replace(slot, ev.object.clone()).bytes.len()
                 } else {
                     st.items.insert(key.to_string(), ev.object.clone());
-                }
+                    0
+                };
+                (ev.object.bytes.len(), old)
             }
-        }
+        };
+        st.item_bytes = (st.item_bytes + added).saturating_sub(removed);
         st.applied = st.applied.max(ev.revision);
         st.history_bytes += ev.weight();
         st.history.push_back((Arc::from(key), ev.clone()));
@@ -553,6 +580,7 @@ impl Cache {
             let objects = load_range(store, prefix, revision).await?;
             {
                 let mut st = rc.state.write().unwrap_or_else(|e| e.into_inner());
+                st.item_bytes += objects.iter().map(|(_, o)| o.bytes.len()).sum::<usize>();
                 st.items.extend(objects);
             }
             resources.insert(prefix.clone(), Arc::new(rc));
@@ -745,7 +773,11 @@ impl Cache {
             st.history.iter().map(|(k, _)| k.clone()).collect();
         for (key, obj) in res {
             if !touched.contains(key.as_str()) {
-                st.items.insert(key, obj);
+                let len = obj.bytes.len();
+                if let Some(old) = st.items.insert(key, obj) {
+                    st.item_bytes -= old.bytes.len();
+                }
+                st.item_bytes += len;
             }
         }
         Ok(())
@@ -825,6 +857,22 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn stats_count_objects_bytes_and_history() {
+        let rc = ResourceCache::new(0);
+        let size = |name: &str, v: u32, rev: Revision| obj(name, v, rev).bytes.len();
+        put(&rc, "a", 1, 1);
+        put(&rc, "b", 22, 2);
+        put(&rc, "a", 333, 3);
+        del(&rc, "b", 4);
+        let s = rc.stats();
+        assert_eq!((s.objects, s.object_bytes), (1, size("a", 333, 3)));
+        assert_eq!(s.history_events, 4);
+        assert!(s.history_bytes >= 4 * HISTORY_ENTRY_OVERHEAD);
+        let sum: usize = rc.list("").iter().map(|o| o.bytes.len()).sum();
+        assert_eq!(s.object_bytes, sum);
     }
 
     #[test]

@@ -307,6 +307,79 @@ impl Metrics {
     }
 }
 
+/// The upstream resource label of a store prefix: `/registry/pods/` -> `pods`,
+/// `/registry/apps/deployments/` -> `deployments.apps`.
+fn resource_label(prefix: &str) -> String {
+    let parts: Vec<&str> = prefix
+        .trim_start_matches("/registry/")
+        .trim_end_matches('/')
+        .split('/')
+        .collect();
+    match parts.as_slice() {
+        [group, plural] => format!("{plural}.{group}"),
+        _ => parts.join("/"),
+    }
+}
+
+/// The watch cache's gauges in the text exposition: upstream's `apiserver_storage_objects`
+/// (objects per resource) and, for the memory bound (see `cache.rs`), the objects' JSON bytes
+/// and the watch history's events and bytes per resource.
+pub fn render_cache(cache: &crate::cache::Cache) -> String {
+    let mut rows: Vec<(String, crate::cache::CacheStats)> = cache
+        .resources()
+        .into_iter()
+        .map(|(prefix, rc)| (resource_label(&prefix), rc.stats()))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::new();
+    type Family = (&'static str, &'static str, fn(&crate::cache::CacheStats) -> usize);
+    let families: [Family; 4] = [
+        (
+            "apiserver_storage_objects",
+            "Number of stored objects at the time of last check split by kind.",
+            |s| s.objects,
+        ),
+        (
+            "ferry_apiserver_watch_cache_object_bytes",
+            "JSON bytes of the objects held in the watch cache.",
+            |s| s.object_bytes,
+        ),
+        (
+            "ferry_apiserver_watch_cache_history_events",
+            "Events held in the watch cache's history.",
+            |s| s.history_events,
+        ),
+        (
+            "ferry_apiserver_watch_cache_history_bytes",
+            "Bytes charged to the watch cache's history.",
+            |s| s.history_bytes,
+        ),
+    ];
+    for (name, help, value) in families {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (resource, stats) in &rows {
+            out.push_str(&format!(
+                "{name}{{resource=\"{resource}\"}} {}\n",
+                value(stats)
+            ));
+        }
+    }
+    out
+}
+
+/// `render` with `extra` families added (before the exposition's end marker, if any).
+pub fn with_families(mut text: String, extra: &str) -> String {
+    match text.rfind("# EOF") {
+        Some(i) => {
+            let tail = text.split_off(i);
+            text.push_str(extra);
+            text.push_str(&tail);
+        }
+        None => text.push_str(extra),
+    }
+    text
+}
+
 pub struct InflightGuard<'a> {
     gauge: Gauge,
     _m: &'a Metrics,
@@ -375,6 +448,24 @@ mod tests {
 
     fn info(method: &str, path: &str, query: Option<&str>, ct: &str) -> RequestInfo {
         classify(method, path, query, ct, |rp| rp.resource != "bogus")
+    }
+
+    #[test]
+    fn cache_families() {
+        assert_eq!(resource_label("/registry/pods/"), "pods");
+        assert_eq!(
+            resource_label("/registry/apps/deployments/"),
+            "deployments.apps"
+        );
+        assert_eq!(
+            resource_label("/registry/example.com/widgets/"),
+            "widgets.example.com"
+        );
+        assert_eq!(
+            with_families("a 1\n# EOF\n".into(), "b 2\n"),
+            "a 1\nb 2\n# EOF\n"
+        );
+        assert_eq!(with_families("a 1\n".into(), "b 2\n"), "a 1\nb 2\n");
     }
 
     #[test]

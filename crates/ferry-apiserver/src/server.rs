@@ -189,7 +189,10 @@ impl Server {
                 return full(
                     200,
                     "text/plain; version=0.0.4; charset=utf-8",
-                    crate::metrics::global().render(),
+                    crate::metrics::with_families(
+                        crate::metrics::global().render(),
+                        &crate::metrics::render_cache(&self.api.cache),
+                    ),
                 );
             }
             (Method::GET, "/api" | "/api/") => {

@@ -106,6 +106,10 @@ pub(crate) struct ServerArgs {
     /// Keep this many revisions of history for watches (older ones are compacted).
     #[arg(long, default_value_t = 100_000)]
     history_revisions: i64,
+    /// Bytes of the embedded store's page cache (`--store redb`): reads are answered from the
+    /// watch cache, so this only speeds up writes (the B-tree pages they walk).
+    #[arg(long, default_value_t = ferry_apiserver::STORE_PAGE_CACHE_BYTES)]
+    store_cache_size: usize,
     /// Where the state lives: `redb` (one file in --data-dir) or `etcd` (shared by several
     /// API servers).
     #[arg(long, default_value = "redb", value_parser = ["redb", "etcd"])]
@@ -287,7 +291,7 @@ async fn open_store(a: &ServerArgs) -> Result<Arc<dyn ferry_store::Store>> {
         return Ok(Arc::new(store));
     }
     let options = ferry_store::RedbOptions {
-        cache_size: Some(ferry_apiserver::STORE_PAGE_CACHE_BYTES),
+        cache_size: Some(a.store_cache_size),
         ..Default::default()
     };
     let store = ferry_store::RedbStore::open_with(&a.data_dir.join("store.redb"), options)
