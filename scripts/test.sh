@@ -9,6 +9,8 @@ export FERRY_KUBECTL_120="$K120"
 export RUST_BACKTRACE=1
 # No unused dependencies (a crate ignores one only in its [package.metadata.cargo-machete]).
 cargo machete
+# No `Result<_, String>` in crate source.
+bash scripts/no-string-errors.sh
 cargo test --workspace --no-fail-fast -- --test-threads="${FERRY_TEST_THREADS:-2}"
 # Every fuzz target, briefly (about 5 s each).
 bash scripts/fuzz-smoke.sh

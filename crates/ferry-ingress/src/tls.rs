@@ -120,14 +120,14 @@ pub fn build(
     };
     let mut default_set = false;
     let mut problems = Vec::new();
-    let mut parsed: HashMap<Key, Result<Arc<CertifiedKey>, String>> = HashMap::new();
+    let mut parsed: HashMap<Key, Result<Arc<CertifiedKey>, Arc<CertError>>> = HashMap::new();
     for b in bindings {
         let name = format!("{}/{}", b.secret.0, b.secret.1);
         let ck = parsed
             .entry(b.secret.clone())
             .or_insert_with(|| match secrets.get(&b.secret) {
-                None => Err(CertError::NotFound(name.clone()).to_string()),
-                Some(s) => certified_key(s, &name).map_err(|e| e.to_string()),
+                None => Err(Arc::new(CertError::NotFound(name.clone()))),
+                Some(s) => certified_key(s, &name).map_err(Arc::new),
             })
             .clone();
         let ck = match ck {

@@ -32,9 +32,18 @@ pub struct IpamConfig {
     pub excluded: Vec<IpNet>,
 }
 
+/// A `--cluster-cidr` configuration node IPAM cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IpamConfigError {
+    #[error("--cluster-cidr takes at most one CIDR per family")]
+    TwoPerFamily,
+    #[error("node CIDR mask /{mask} does not fit in --cluster-cidr {cidr}")]
+    MaskDoesNotFit { mask: u8, cidr: IpNet },
+}
+
 impl IpamConfig {
     /// The classic pool, if `--cluster-cidr` is set.
-    pub fn classic(&self) -> Result<Option<Pool>, String> {
+    pub fn classic(&self) -> Result<Option<Pool>, IpamConfigError> {
         if self.cluster_cidrs.is_empty() {
             return Ok(None);
         }
@@ -46,11 +55,11 @@ impl IpamConfig {
                 IpNet::V6(_) => (&mut ipv6, self.mask_v6),
             };
             if slot.is_some() {
-                return Err("--cluster-cidr takes at most one CIDR per family".into());
+                return Err(IpamConfigError::TwoPerFamily);
             }
-            *slot = Some(Family::new(*c, mask).ok_or_else(|| {
-                format!("node CIDR mask /{mask} does not fit in --cluster-cidr {c}")
-            })?);
+            *slot = Some(
+                Family::new(*c, mask).ok_or(IpamConfigError::MaskDoesNotFit { mask, cidr: *c })?,
+            );
         }
         Ok(Some(Pool {
             name: "--cluster-cidr".into(),
