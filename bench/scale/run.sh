@@ -4,8 +4,9 @@
 # then: API server RSS after the load and after a restart, the time a plain kube-rs client needs
 # to list+watch everything (pages of 500), and start-to-ready time + RSS of `ferry dns`,
 # `ferry proxy` (nftables --dry-run: list, render, exit), `ferry netpol agent` (--dry-run, and
-# live in a network namespace of its own when root), `ferry controllers` and one node agent
-# (`ferry agent`: registers a Node, lists its pods by field selector; the Node is deleted after).
+# live in a network namespace of its own when root), `ferry ingress`, `ferry controllers` and
+# one node agent (`ferry agent`: registers a Node, lists its pods by field selector; the Node is
+# deleted after).
 # Each figure is printed against the issue's goal. Loopback only; nothing leaves the machine.
 #
 # Env: FERRY_BIN (default target/release/ferry, built if missing; PROFILE=debug for the debug
@@ -123,6 +124,17 @@ if [ "$(id -u)" = 0 ] && command -v nft >/dev/null; then
   echo "   synced and applied in ${NETPOL_READY} s, RSS ${NETPOL_RSS} MiB"
 fi
 
+echo "== ferry ingress (watches Ingresses, classes, every Service and EndpointSlice, TLS Secrets; until the first route table)"
+t0=$(now)
+RUST_LOG=info "$BIN" ingress --kubeconfig "$KUBECONFIG" --http-addr "127.0.0.1:$((PORT + 4))" \
+  --https-addr "127.0.0.1:$((PORT + 5))" >"$WORK/ingress.log" 2>&1 &
+ING=$!; PIDS+=("$ING")
+until grep -q "first route table served" "$WORK/ingress.log"; do
+  kill -0 "$ING" || { cat "$WORK/ingress.log"; exit 1; }; sleep 0.1
+done
+ING_READY=$(secs "$t0" "$(now)"); sleep 1; ING_RSS=$(rss_mib "$ING"); stop "$ING"
+echo "   first route table in ${ING_READY} s, RSS ${ING_RSS} MiB"
+
 echo "== ferry controllers (until \"service controllers synced\")"
 t0=$(now)
 RUST_LOG=info "$BIN" controllers --kubeconfig "$KUBECONFIG" --leader-elect=false >"$WORK/ctl.log" 2>&1 &
@@ -168,5 +180,6 @@ goal "ferry controllers start to $ctl_state" "$CTL_READY" 5 s
 goal "ferry netpol agent (dry-run) start to done" "$NETPOL_DRY" 5 s
 [ -z "$NETPOL_READY" ] || goal "ferry netpol agent start to applied" "$NETPOL_READY" 5 s
 goal "ferry agent (node) start to pods listed" "$AGENT_READY" 5 s
+goal "ferry ingress start to first route table" "$ING_READY" 5 s
 echo "   (API server RSS after the kube-rs client's list: ${RSS_AFTER_CLIENT} MiB; proxy peak RSS ${PROXY_RSS} MiB; controllers RSS ${CTL_RSS} MiB)"
-echo "   (netpol agent: dry-run peak RSS ${NETPOL_PEAK} MiB${NETPOL_RSS:+, live RSS ${NETPOL_RSS} MiB}; node agent RSS ${AGENT_RSS} MiB)"
+echo "   (netpol agent: dry-run peak RSS ${NETPOL_PEAK} MiB${NETPOL_RSS:+, live RSS ${NETPOL_RSS} MiB}; node agent RSS ${AGENT_RSS} MiB; ingress RSS ${ING_RSS} MiB)"

@@ -291,6 +291,7 @@ pub async fn run(
     }
     let mut reported: HashSet<Problem> = HashSet::new();
     let mut announced: BTreeSet<Key> = BTreeSet::new();
+    let mut first = true;
     loop {
         let (inputs, secrets) = stores.inputs();
         let built = routes::build(&inputs, &settings.policy);
@@ -305,6 +306,16 @@ pub async fn run(
         let (certs, tls_problems) = tls::build(&bindings, &secrets, settings.fallback_cert.clone());
         shared.swap_routes(built.table);
         resolver.swap(certs);
+        if first {
+            first = false;
+            tracing::info!(
+                ingresses = inputs.ingresses.len(),
+                services = stores.services.state().len(),
+                slices = stores.slices.state().len(),
+                secrets = secrets.len(),
+                "ingress controller synced: first route table served"
+            );
+        }
 
         // Events: each problem once while it lasts.
         let by_key: BTreeMap<Key, &Ingress> =
