@@ -17,12 +17,21 @@ use tokio_util::sync::CancellationToken;
 
 use crate::runtime::{self, Change, ObjectKey, WorkQueue};
 
+/// Where a watched resource's objects are cached.
+#[derive(Clone)]
+pub enum Source {
+    /// The collector's own informer of the resource.
+    Own(Store<MetaObject>),
+    /// Pods: the process's shared Pod informer (no second watch, no second copy of 150k pods).
+    SharedPods(crate::runtime::Informers),
+}
+
 /// One watched resource and its informer cache.
 #[derive(Clone)]
 pub struct Watched {
     pub ar: ApiResource,
     pub namespaced: bool,
-    pub store: Store<MetaObject>,
+    pub source: Source,
 }
 
 impl Watched {
@@ -36,13 +45,20 @@ impl Watched {
 
     /// The cached object under `key`.
     pub fn get(&self, key: &ObjectKey) -> Option<Arc<MetaObject>> {
-        let r = ObjectRef::new_with(&key.name, self.ar.clone());
-        let r = if key.namespace.is_empty() {
-            r
-        } else {
-            r.within(&key.namespace)
-        };
-        self.store.get(&r)
+        match &self.source {
+            Source::Own(store) => {
+                let r = ObjectRef::new_with(&key.name, self.ar.clone());
+                store.get(&if key.namespace.is_empty() {
+                    r
+                } else {
+                    r.within(&key.namespace)
+                })
+            }
+            Source::SharedPods(inf) => {
+                let p = key.get(&inf.pods().store())?;
+                Some(Arc::new(MetaObject::from(p.as_ref())))
+            }
+        }
     }
 
     pub fn is_namespace(&self) -> bool {
@@ -262,9 +278,18 @@ impl Caches {
     /// Waits until every informer has listed once; false when `stop` fired first.
     pub async fn wait_ready(&self, stop: &CancellationToken) -> bool {
         for w in self.resources.iter() {
-            tokio::select! {
-                _ = stop.cancelled() => return false,
-                _ = w.store.wait_until_ready() => {}
+            match &w.source {
+                Source::Own(store) => {
+                    tokio::select! {
+                        _ = stop.cancelled() => return false,
+                        _ = store.wait_until_ready() => {}
+                    }
+                }
+                Source::SharedPods(inf) => {
+                    if !inf.pods().wait_synced(stop).await {
+                        return false;
+                    }
+                }
             }
         }
         true
@@ -273,7 +298,12 @@ impl Caches {
 
 /// Discovers the resources that can be listed, watched and deleted, and starts an informer on
 /// each. Retries discovery until it succeeds or `stop` fires.
-pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Caches> {
+/// Pods come from `pods` (the process's shared Pod informer) when given.
+pub async fn start(
+    client: kube::Client,
+    pods: Option<runtime::Informers>,
+    stop: CancellationToken,
+) -> Option<Caches> {
     let mut delay = Duration::from_millis(200);
     let discovery = loop {
         match Discovery::new(client.clone()).run().await {
@@ -300,29 +330,44 @@ pub async fn start(client: kube::Client, stop: CancellationToken) -> Option<Cach
             let res = resources.len();
             let is_namespace = ar.group.is_empty() && ar.kind == "Namespace";
             let (g, gq, nq) = (graph.clone(), gc_queue.clone(), ns_queue.clone());
-            // The collectors read only metadata (upstream's use metadata informers), the
-            // namespace controller also a Namespace's phase: objects are decoded straight into
-            // that projection ([`MetaObject`]).
-            let store = runtime::reflect_slim(
-                Api::<MetaObject>::all_with(client.clone(), &ar),
-                watcher::Config::default(),
-                ar.clone(),
-                |_| {},
-                stop.clone(),
-                move |ch| {
-                    let affected = g.lock().unwrap_or_else(PoisonError::into_inner).update(
-                        res,
-                        is_namespace,
-                        &ch,
-                    );
-                    gq.extend(affected.uids);
-                    nq.extend(affected.namespaces);
-                },
-            );
+            let on_change = move |ch: &Change<'_, MetaObject>| {
+                let affected =
+                    g.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .update(res, is_namespace, ch);
+                gq.extend(affected.uids);
+                nq.extend(affected.namespaces);
+            };
+            let is_pods = ar.group.is_empty() && ar.kind == "Pod";
+            let source = match pods.as_ref().filter(|_| is_pods) {
+                Some(inf) => {
+                    // Until this generation ends (the handler holds its graph and queues).
+                    inf.pods().subscribe_until(stop.clone(), move |ch| {
+                        let old = ch.old.map(MetaObject::from);
+                        let new = ch.new.map(MetaObject::from);
+                        on_change(&Change {
+                            old: old.as_ref(),
+                            new: new.as_ref(),
+                        });
+                    });
+                    Source::SharedPods(inf.clone())
+                }
+                // The collectors read only metadata (upstream's use metadata informers), the
+                // namespace controller also a Namespace's phase: objects are decoded straight
+                // into that projection ([`MetaObject`]).
+                None => Source::Own(runtime::reflect_slim(
+                    Api::<MetaObject>::all_with(client.clone(), &ar),
+                    watcher::Config::default(),
+                    ar.clone(),
+                    |_| {},
+                    stop.clone(),
+                    move |ch| on_change(&ch),
+                )),
+            };
             resources.push(Watched {
                 namespaced: caps.scope == Scope::Namespaced,
                 ar,
-                store,
+                source,
             });
         }
     }

@@ -66,6 +66,7 @@ pub async fn run_with(
     let gc_task = {
         let client = client.clone();
         let stop = stop.clone();
+        let informers = informers.clone();
         tokio::spawn(async move {
             // Upstream's collector resyncs its monitors when discovery changes: custom resources
             // come and go with their CRDs. Each generation runs until the set of resources
@@ -75,7 +76,9 @@ pub async fn run_with(
                 // Taken before the informers' own discovery: a resource appearing in between
                 // causes one extra restart, never a missed one.
                 let known = resource_set(&client).await.unwrap_or_default();
-                let Some(caches) = graph::start(client.clone(), generation.clone()).await else {
+                let Some(caches) =
+                    graph::start(client.clone(), Some(informers.clone()), generation.clone()).await
+                else {
                     return;
                 };
                 let watch = tokio::spawn(cancel_on_discovery_change(

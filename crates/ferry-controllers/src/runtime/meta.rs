@@ -124,6 +124,26 @@ impl MetaObject {
     }
 }
 
+impl From<&super::SlimPod> for MetaObject {
+    /// The collector's view of a Pod of the shared Pod informer (no second Pod watch).
+    fn from(p: &super::SlimPod) -> Self {
+        let m = &p.metadata;
+        MetaObject {
+            metadata: ObjectMeta {
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                uid: m.uid.clone(),
+                resource_version: m.resource_version.clone(),
+                deletion_timestamp: m.deletion_timestamp.clone(),
+                owner_references: m.owner_references.clone(),
+                finalizers: m.finalizers.clone(),
+                ..ObjectMeta::default()
+            },
+            phase: p.status.as_ref().and_then(|s| s.phase.clone()),
+        }
+    }
+}
+
 impl Resource for MetaObject {
     type DynamicType = ApiResource;
     type Scope = kube::core::DynamicResourceScope;
@@ -182,6 +202,18 @@ mod tests {
         assert_eq!(m.finalizers.as_ref().unwrap()[0], "foregroundDeletion");
         assert!(m.labels.is_none() && m.annotations.is_none() && m.managed_fields.is_none());
         assert_eq!(o.phase, None);
+    }
+
+    #[test]
+    fn a_slim_pod_projects_to_the_same_as_decoding_the_pod() {
+        let v = json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u",
+            "resourceVersion": "3", "labels": {"a": "b"}, "finalizers": ["f"],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "o"}]},
+            "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Running"}});
+        let slim: super::super::SlimPod = serde_json::from_value(v.clone()).unwrap();
+        let direct: MetaObject = serde_json::from_value(v).unwrap();
+        assert_eq!(MetaObject::from(&slim), direct);
     }
 
     #[test]

@@ -20,7 +20,11 @@ use tokio_util::sync::CancellationToken;
 use super::pod::SlimPod;
 use super::reflect::{Change, Reflected, Sink, spawn_reflector};
 
-type Handler<K> = Box<dyn FnMut(Change<'_, K>) + Send>;
+/// A change handler, and the token that ends its subscription (None: for the informer's life).
+type Handler<K> = (
+    Option<CancellationToken>,
+    Box<dyn FnMut(Change<'_, K>) + Send>,
+);
 
 struct Handlers<K> {
     list: Mutex<Vec<Handler<K>>>,
@@ -38,12 +42,17 @@ struct Fanout<K>(Arc<Handlers<K>>);
 
 impl<K: Send + 'static> Sink<K> for Fanout<K> {
     fn change(&mut self, ch: Change<'_, K>) {
-        for h in self.0.lock().iter_mut() {
+        self.0.lock().retain_mut(|(until, h)| {
+            if until.as_ref().is_some_and(CancellationToken::is_cancelled) {
+                // Ended: dropped with what it holds.
+                return false;
+            }
             h(Change {
                 old: ch.old,
                 new: ch.new,
             });
-        }
+            true
+        });
     }
     fn listed(&mut self) {
         self.0.synced.send_replace(true);
@@ -78,7 +87,26 @@ impl<K: Reflected> SharedInformer<K> {
     }
 
     /// Adds a change handler (handed the cached objects first); returns the shared store.
-    pub fn subscribe(&self, mut on_change: impl FnMut(Change<'_, K>) + Send + 'static) -> Store<K> {
+    pub fn subscribe(&self, on_change: impl FnMut(Change<'_, K>) + Send + 'static) -> Store<K> {
+        self.subscribe_with(None, on_change)
+    }
+
+    /// [`Self::subscribe`] until `until` is cancelled: the handler is then dropped (with what
+    /// it holds) at the next change, for subscribers that restart (the garbage collector's
+    /// generations).
+    pub fn subscribe_until(
+        &self,
+        until: CancellationToken,
+        on_change: impl FnMut(Change<'_, K>) + Send + 'static,
+    ) -> Store<K> {
+        self.subscribe_with(Some(until), on_change)
+    }
+
+    fn subscribe_with(
+        &self,
+        until: Option<CancellationToken>,
+        mut on_change: impl FnMut(Change<'_, K>) + Send + 'static,
+    ) -> Store<K> {
         let mut list = self.handlers.lock();
         for o in self.store.state() {
             on_change(Change {
@@ -86,7 +114,7 @@ impl<K: Reflected> SharedInformer<K> {
                 new: Some(&o),
             });
         }
-        list.push(Box::new(on_change));
+        list.push((until, Box::new(on_change)));
         self.store.clone()
     }
 
@@ -207,6 +235,22 @@ mod tests {
         let s = |x: &str| Some(x.to_string());
         assert_eq!(e, vec![(None, s("1")), (s("1"), s("2"))]);
         assert_eq!(l, vec![(None, s("1")), (s("1"), s("2"))]);
+    }
+
+    #[tokio::test]
+    async fn a_subscription_until_a_token_ends_with_it() {
+        let (inf, mut w, mut f) = informer();
+        let until = CancellationToken::new();
+        let (seen, h) = recorder();
+        inf.subscribe_until(until.clone(), h);
+        apply(&mut w, &mut f, None, pod("a", "1"));
+        until.cancel();
+        apply(&mut w, &mut f, Some(&pod("a", "1")), pod("a", "2"));
+        assert_eq!(seen.lock().expect("lock").len(), 1);
+        assert!(
+            inf.handlers.lock().is_empty(),
+            "the ended handler is dropped"
+        );
     }
 
     #[tokio::test]
