@@ -31,6 +31,12 @@ HYPER=127.0.0.1:18084   # Ferry with the fast path off (hyper throughout): the "
 FERRY_TLS=127.0.0.1:18085
 NGINX_TLS=127.0.0.1:18086
 HAP_TLS=127.0.0.1:18087
+# Measurement aids (MINI=1): bare TCP relays with no HTTP work, epoll vs io_uring
+# (examples/mini_proxy.rs): the floor of any proxy's cost per request on each event mechanism.
+MINI_EPOLL=127.0.0.1:18088
+MINI_URING=127.0.0.1:18089
+MINI_FIXED=127.0.0.1:18090
+MINI_TOKIO=127.0.0.1:18091
 
 need=()
 for t in nginx haproxy wrk; do command -v "$t" >/dev/null 2>&1 || need+=("$t"); done
@@ -41,9 +47,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # Debian's nginx package starts a service on port 80; this bench never uses it.
 
-[ -n "${NO_BUILD:-}" ] || nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench --example bench_origin
+[ -n "${NO_BUILD:-}" ] || nice -n 19 cargo build -q --release -p ferry-ingress --example ingress_bench --example bench_origin --example mini_proxy
 BIN=target/release/examples/ingress_bench
 ORIGIN_BIN=target/release/examples/bench_origin
+MINI_BIN=target/release/examples/mini_proxy
 W=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -141,8 +148,14 @@ taskset -c $PROXY_CPU env FERRY_BENCH_TLS="$FERRY_TLS,$W/crt.pem,$W/key.pem" "$B
 taskset -c $PROXY_CPU env FERRY_INGRESS_FAST=0 "$BIN" "$HYPER" "$ORIGIN" 0 & PIDS+=($!); PID[hyper]=$!
 taskset -c $PROXY_CPU nginx -c "$W/nginx/nginx.conf" & PIDS+=($!); PID[nginx]=$!
 taskset -c $PROXY_CPU haproxy -f "$W/haproxy.cfg" -db >/dev/null 2>&1 & PIDS+=($!); PID[haproxy]=$!
+if [ -n "${MINI:-}" ]; then
+  taskset -c $PROXY_CPU "$MINI_BIN" epoll "$MINI_EPOLL" "$ORIGIN" & PIDS+=($!); PID[mini-epoll]=$!
+  taskset -c $PROXY_CPU "$MINI_BIN" uring "$MINI_URING" "$ORIGIN" & PIDS+=($!); PID[mini-uring]=$!
+  taskset -c $PROXY_CPU "$MINI_BIN" uring-fixed "$MINI_FIXED" "$ORIGIN" & PIDS+=($!); PID[mini-fixed]=$!
+  taskset -c $PROXY_CPU "$MINI_BIN" tokio "$MINI_TOKIO" "$ORIGIN" & PIDS+=($!); PID[mini-tokio]=$!
+fi
 sleep 2
-for a in $ORIGIN $FERRY $NGINX $HAP $HYPER; do
+for a in $ORIGIN $FERRY $NGINX $HAP $HYPER ${MINI:+$MINI_EPOLL $MINI_URING $MINI_FIXED $MINI_TOKIO}; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
 done
 for a in $FERRY_TLS $NGINX_TLS $HAP_TLS; do
@@ -183,6 +196,8 @@ url_of() {
     ferry) echo "http://$FERRY/";; nginx) echo "http://$NGINX/";; haproxy) echo "http://$HAP/";;
     hyper) echo "http://$HYPER/";; ferry-tls) echo "https://$FERRY_TLS/";;
     nginx-tls) echo "https://$NGINX_TLS/";; haproxy-tls) echo "https://$HAP_TLS/";;
+    mini-epoll) echo "http://$MINI_EPOLL/";; mini-uring) echo "http://$MINI_URING/";;
+    mini-fixed) echo "http://$MINI_FIXED/";; mini-tokio) echo "http://$MINI_TOKIO/";;
   esac
 }
 declare -A RPS P99 CPU
@@ -224,7 +239,9 @@ suite() {
   fi
 }
 # shellcheck disable=SC2086
-suite "plain HTTP" ${PROXIES:-ferry nginx haproxy hyper}
+# MINI=1 adds the bare relays to the same interleaved rounds (the floor of a proxy's cost per
+# request on epoll, io_uring and tokio; same origin, same wrk).
+suite "plain HTTP" ${PROXIES:-ferry nginx haproxy hyper} ${MINI:+mini-epoll mini-uring mini-fixed mini-tokio}
 if [ -n "${TLS:-}" ]; then
   # HTTPS (TLS 1.3, the same ECDSA certificate; keep-alive, so no handshakes in the loop).
   suite "HTTPS" ferry-tls nginx-tls haproxy-tls

@@ -503,6 +503,7 @@ async fn serve(
         .header_read_timeout(shared.limits.header_timeout)
         .max_buf_size(shared.limits.max_header_bytes.max(8192))
         .keep_alive(true);
+    let fast_stop = fast::Stop::new(stop.clone());
     loop {
         let permit = tokio::select! {
             _ = stop.cancelled() => break,
@@ -532,12 +533,13 @@ async fn serve(
             None => {
                 let http1 = http1.clone();
                 let stop = stop.clone();
+                let fast_stop = fast_stop.clone();
                 let sh = shared.clone();
                 let fast_path = shared.fast_path.load(Ordering::Relaxed);
                 tokio::spawn(async move {
                     let _permit = permit;
                     let (pre, stream) = if fast_path {
-                        match fast::run(&sh, info, stream, &stop).await {
+                        match fast::run(&sh, info, stream, &fast_stop).await {
                             fast::Outcome::Closed => return,
                             fast::Outcome::Handoff(pre, stream) => (pre, stream),
                         }
