@@ -169,7 +169,7 @@ pub fn http_response(o: &BuiltinOpts, head_only: bool) -> Vec<u8> {
 }
 
 /// The built-in program: `serve-hostname` or `nginx`, binding the pod IP. Runs until killed.
-pub async fn builtin_main(args: Vec<String>) -> anyhow::Result<()> {
+pub async fn builtin_main(args: Vec<String>) -> crate::error::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut o = parse_builtin(&args)?;
     if o.hostname.is_empty() {

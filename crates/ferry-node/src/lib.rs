@@ -10,6 +10,7 @@
 pub mod cni;
 pub mod dns;
 pub mod envvars;
+pub mod error;
 pub mod hostroutes;
 pub mod images;
 pub mod logs;
@@ -31,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -243,7 +244,7 @@ pub async fn start(
     };
     let netns_mode = args.pod_network == "netns";
     if netns_mode && !root {
-        anyhow::bail!("the netns pod network needs root (use --pod-network loopback)");
+        return Err(Error::NeedsRoot);
     }
     let mut node_ips = vec![args.node_ip];
     node_ips.extend(args.secondary_node_ip.iter().copied());
@@ -324,7 +325,7 @@ pub async fn start(
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
         while assigned(&node_obj).is_none() {
             tokio::select! {
-                _ = stop.cancelled() => anyhow::bail!("stopped before node {node_name} got a pod CIDR"),
+                _ = stop.cancelled() => return Err(Error::StoppedBeforePodCidr(node_name.clone())),
                 _ = tokio::time::sleep(Duration::from_millis(300)) => {}
             }
             if let Ok(n) = nodes.get(&node_name).await {

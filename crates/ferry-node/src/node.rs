@@ -137,7 +137,7 @@ pub fn node_status(f: &NodeFacts, transition: &str) -> Value {
 }
 
 /// Creates or adopts the Node, then reports status. Returns the Node as stored.
-pub async fn register(client: &kube::Client, f: &NodeFacts) -> anyhow::Result<Node> {
+pub async fn register(client: &kube::Client, f: &NodeFacts) -> crate::error::Result<Node> {
     let nodes: Api<Node> = Api::all(client.clone());
     let transition = now();
     let mut annotations = serde_json::Map::new();

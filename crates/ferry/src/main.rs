@@ -236,7 +236,7 @@ fn main() -> Result<()> {
             Command::Apiserver(a) => run_server(a, "apiserver").await,
             Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
             Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
-            Command::Agent(a) => ferry_node::run(a, shutdown_signal()).await,
+            Command::Agent(a) => Ok(ferry_node::run(a, shutdown_signal()).await?),
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
             Command::Netpol(a) => ferry_netpol::run(a, shutdown_signal()).await,
             Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
@@ -254,7 +254,7 @@ fn main() -> Result<()> {
                 );
                 Ok(())
             }
-            Command::BuiltinImage { args } => ferry_node::images::builtin_main(args).await,
+            Command::BuiltinImage { args } => Ok(ferry_node::images::builtin_main(args).await?),
             Command::ExecNet {
                 data_dir,
                 node,

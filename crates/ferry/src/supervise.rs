@@ -50,10 +50,7 @@ pub fn set_checks(c: ferry_apiserver::readyz::Checks) {
 }
 
 /// Registers (or replaces) a readiness check, if the API server runs in this process.
-pub fn add_check(
-    name: &str,
-    f: impl Fn() -> Result<(), NotReady> + Send + Sync + 'static,
-) {
+pub fn add_check(name: &str, f: impl Fn() -> Result<(), NotReady> + Send + Sync + 'static) {
     if let Some(c) = CHECKS.get() {
         c.add(name, f);
     }
@@ -99,14 +96,15 @@ fn panic_text(e: tokio::task::JoinError) -> String {
 }
 
 /// Runs `make()` as a task until `stop`, restarting it whenever it ends on its own.
-pub fn spawn<F, Fut>(
+pub fn spawn<F, Fut, E>(
     component: Component,
     stop: CancellationToken,
     mut make: F,
 ) -> tokio::task::JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
-    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<anyhow::Error> + Send + 'static,
 {
     tokio::spawn(async move {
         let mut delay: Option<Duration> = None;
@@ -120,7 +118,7 @@ where
             }
             let reason = match r {
                 Ok(Ok(())) => "exited".to_string(),
-                Ok(Err(e)) => format!("{e:#}"),
+                Ok(Err(e)) => format!("{:#}", e.into()),
                 Err(e) if e.is_panic() => format!("panicked: {}", panic_text(e)),
                 Err(e) => e.to_string(),
             };
@@ -170,7 +168,7 @@ mod tests {
                     panic!("run {n} panics");
                 }
                 s.cancelled().await;
-                Ok(())
+                anyhow::Ok(())
             }
         });
         // Runs 0 and 1 panic (restarts after 1 s and 2 s); run 2 keeps going.

@@ -3,5 +3,5 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    ferry_node::images::builtin_main(std::env::args().skip(1).collect()).await
+    Ok(ferry_node::images::builtin_main(std::env::args().skip(1).collect()).await?)
 }

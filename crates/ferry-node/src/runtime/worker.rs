@@ -8,7 +8,7 @@ pub(super) async fn pod_worker(
     mut rx: watch::Receiver<Pod>,
     shared: Arc<PodShared>,
     gone: CancellationToken,
-) -> anyhow::Result<()> {
+) -> crate::error::Result<()> {
     let pod = rx.borrow_and_update().clone();
     let ns = shared.namespace.clone();
     let name = shared.name.clone();
