@@ -5,7 +5,6 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::ListParams;
@@ -103,18 +102,91 @@ pub enum NetpolCommand {
     },
 }
 
+/// Why a `ferry netpol` command failed (`{:#}` shows the cause too).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("unknown protocol {0:?}")]
+    UnknownProtocol(String),
+    #[error("invalid port {port:?}")]
+    InvalidPort {
+        port: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("port 0")]
+    PortZero,
+    #[error("missing ]")]
+    MissingBracket,
+    #[error("invalid address {addr:?}")]
+    InvalidAddress {
+        addr: String,
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    #[error("{0:?}: expected NAMESPACE/POD or an address")]
+    NotAPodOrAddress(String),
+    #[error("pod {0} not found")]
+    PodNotFound(String),
+    #[error("reading YAML")]
+    Yaml(#[source] serde_saphyr::Error),
+    #[error("a NetworkPolicy")]
+    NotAPolicy(#[source] serde_json::Error),
+    #[error(transparent)]
+    Project(#[from] model::ProjectError),
+    #[error("no NetworkPolicy in the file")]
+    NoPolicy,
+    #[error(
+        "no port given and the destination declares no named container port: use --to ...:PORT/PROTO"
+    )]
+    NoPort,
+    #[error("no pods in {0}")]
+    NoPods(String),
+    #[error("listing {what}")]
+    Listing {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("stopped before the watches synced")]
+    StoppedBeforeSync,
+    #[error("the sync loop of {0} ended")]
+    SyncLoopEnded(String),
+    #[error("reading {path}")]
+    Reading {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] ferry_kubeclient::Error),
+    #[error(transparent)]
+    Join(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Apply(#[from] crate::apply::ApplyError),
+    #[error(
+        "no {} table here: NetworkPolicy is not enforced in this network namespace",
+        crate::render::TABLE
+    )]
+    NotEnforced,
+}
+
+type Result<T, E = CliError> = std::result::Result<T, E>;
+
 /// `PORT[/PROTO]`.
 pub fn parse_port(s: &str) -> Result<(u16, Proto)> {
     let (p, proto) = match s.split_once('/') {
         Some((p, proto)) => (
             p,
-            Proto::parse(proto).with_context(|| format!("unknown protocol {proto:?}"))?,
+            Proto::parse(proto).ok_or_else(|| CliError::UnknownProtocol(proto.to_string()))?,
         ),
         None => (s, Proto::Tcp),
     };
-    let port: u16 = p.parse().with_context(|| format!("invalid port {p:?}"))?;
+    let port: u16 = p.parse().map_err(|source| CliError::InvalidPort {
+        port: p.to_string(),
+        source,
+    })?;
     if port == 0 {
-        bail!("port 0");
+        return Err(CliError::PortZero);
     }
     Ok((port, proto))
 }
@@ -126,10 +198,11 @@ pub fn parse_endpoint(model: &Model, s: &str) -> Result<(Endpoint, Option<(u16, 
         return Ok((Endpoint::at(model, ip), None));
     }
     if let Some(rest) = s.strip_prefix('[') {
-        let (addr, tail) = rest.split_once(']').context("missing ]")?;
-        let ip = addr
-            .parse()
-            .with_context(|| format!("invalid address {addr:?}"))?;
+        let (addr, tail) = rest.split_once(']').ok_or(CliError::MissingBracket)?;
+        let ip = addr.parse().map_err(|source| CliError::InvalidAddress {
+            addr: addr.to_string(),
+            source,
+        })?;
         let port = match tail.strip_prefix(':') {
             Some(p) => Some(parse_port(p)?),
             None => None,
@@ -145,23 +218,23 @@ pub fn parse_endpoint(model: &Model, s: &str) -> Result<(Endpoint, Option<(u16, 
     }
     let (ns, name) = who
         .split_once('/')
-        .with_context(|| format!("{who:?}: expected NAMESPACE/POD or an address"))?;
+        .ok_or_else(|| CliError::NotAPodOrAddress(who.to_string()))?;
     let key = PodKey::new(ns, name);
     if !model.pods.contains_key(&key) {
-        bail!("pod {key} not found");
+        return Err(CliError::PodNotFound(key.to_string()));
     }
     Ok((Endpoint::pod(key), port))
 }
 
 /// Policies from a YAML or JSON file (documents, or Lists of them).
 pub fn parse_policies(text: &str) -> Result<Vec<model::Policy>> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).context("reading YAML")?;
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(CliError::Yaml)?;
     let mut out = Vec::new();
     let mut push = |v: &serde_json::Value| -> Result<()> {
         if v.get("kind").and_then(|k| k.as_str()) != Some("NetworkPolicy") {
             return Ok(());
         }
-        let np: NetworkPolicy = serde_json::from_value(v.clone()).context("a NetworkPolicy")?;
+        let np: NetworkPolicy = serde_json::from_value(v.clone()).map_err(CliError::NotAPolicy)?;
         out.push(model::project_policy(&np)?);
         Ok(())
     };
@@ -178,7 +251,7 @@ pub fn parse_policies(text: &str) -> Result<Vec<model::Policy>> {
         }
     }
     if out.is_empty() {
-        bail!("no NetworkPolicy in the file");
+        return Err(CliError::NoPolicy);
     }
     Ok(out)
 }
@@ -197,9 +270,7 @@ pub fn explain_text(model: &Model, from: &str, to: &str) -> Result<String> {
                 .map(|p| p.ports.iter().map(|np| (np.port, np.proto)).collect())
                 .unwrap_or_default();
             if declared.is_empty() {
-                bail!(
-                    "no port given and the destination declares no named container port: use --to ...:PORT/PROTO"
-                );
+                return Err(CliError::NoPort);
             }
             declared
         }
@@ -233,7 +304,7 @@ pub fn matrix_text(model: &Model, namespaces: &[String], ports: &[(u16, Proto)])
         .map(|(k, _)| k.clone())
         .collect();
     if pods.is_empty() {
-        bail!("no pods in {}", namespaces.join(", "));
+        return Err(CliError::NoPods(namespaces.join(", ")));
     }
     let mut out = String::new();
     for (i, (port, proto)) in ports.iter().enumerate() {
@@ -320,15 +391,24 @@ async fn load(client: Client) -> Result<Model> {
     let mut b = ModelBuilder::default();
     each_page(Api::<NetworkPolicy>::all(client.clone()), |p| b.policies(p))
         .await
-        .context("listing NetworkPolicies")?;
+        .map_err(|source| CliError::Listing {
+            what: "NetworkPolicies",
+            source,
+        })?;
     each_page(Api::<SlimPod>::all(client.clone()), |p| b.pods(p))
         .await
-        .context("listing Pods")?;
+        .map_err(|source| CliError::Listing {
+            what: "Pods",
+            source,
+        })?;
     each_page(Api::<SlimNamespace>::all(client.clone()), |p| {
         b.namespaces(p)
     })
     .await
-    .context("listing Namespaces")?;
+    .map_err(|source| CliError::Listing {
+        what: "Namespaces",
+        source,
+    })?;
     // Nodes are optional for the verdict (own-node traffic): a user without access still gets
     // answers.
     let mut nodes = ModelBuilder::default();
@@ -357,7 +437,7 @@ async fn run_agent(
     if dry_run {
         let tracker = agent::watch(client, cancel.clone());
         tokio::select! {
-            _ = shutdown => bail!("stopped before the watches synced"),
+            _ = shutdown => return Err(CliError::StoppedBeforeSync),
             _ = tracker.wait_synced() => {}
         }
         let synced = started.elapsed();
@@ -385,7 +465,7 @@ async fn run_agent(
             _ = &mut shutdown => break,
             r = status.changed() => {
                 if r.is_err() {
-                    bail!("the sync loop of {node} ended");
+                    return Err(CliError::SyncLoopEnded(node));
                 }
                 let st = status.borrow_and_update().clone();
                 if !announced && st.syncs > 0 {
@@ -410,8 +490,10 @@ fn what_if(model: Model, file: Option<&std::path::Path>) -> Result<Model> {
     match file {
         None => Ok(model),
         Some(f) => {
-            let text =
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            let text = std::fs::read_to_string(f).map_err(|source| CliError::Reading {
+                path: f.display().to_string(),
+                source,
+            })?;
             Ok(with_policies(model, parse_policies(&text)?))
         }
     }
@@ -474,10 +556,7 @@ pub async fn run(args: NetpolArgs, shutdown: impl Future<Output = ()>) -> Result
             let target = Target { netns };
             let json = tokio::task::spawn_blocking(move || target.list_json()).await??;
             let Some(json) = json else {
-                bail!(
-                    "no {} table here: NetworkPolicy is not enforced in this network namespace",
-                    crate::render::TABLE
-                );
+                return Err(CliError::NotEnforced);
             };
             let rows = crate::log::counters(&json);
             if prometheus {
