@@ -401,9 +401,7 @@ impl Server {
         if let Some(s) = sub
             && !(s == "status" && res.info().status_subresource
                 || s == "scale" && res.info().scale_subresource
-                || s == "finalize" && res.info().kind == "Namespace"
-                || s == "binding" && res.info().kind == "Pod" && res.info().group.is_empty()
-                || s == "eviction" && res.info().kind == "Pod" && res.info().group.is_empty())
+                || res.rest().subresources().contains(&s))
         {
             return Err(ApiError::not_found_path());
         }

@@ -37,6 +37,12 @@ pub trait RestStrategy: Send + Sync {
         false
     }
 
+    /// The kind's own subresources besides `status` and `scale` (upstream's extra REST
+    /// storages: a Pod's `binding` and `eviction`, a Namespace's `finalize`).
+    fn subresources(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Finalizers outside `metadata.finalizers` that also hold the object's deletion.
     fn spec_finalizers(&self, _obj: &Value) -> Vec<String> {
         Vec::new()
@@ -105,6 +111,10 @@ impl RestStrategy for CreateOnUpdate {
 /// and not finished terminates gracefully (its node agent removes it).
 pub struct PodStrategy;
 impl RestStrategy for PodStrategy {
+    fn subresources(&self) -> &'static [&'static str] {
+        &["binding", "eviction"]
+    }
+
     fn graceful_delete(&self, obj: &Value, requested: Option<i64>) -> Option<i64> {
         let bound = obj
             .pointer("/spec/nodeName")
@@ -217,6 +227,10 @@ impl RestStrategy for ServiceStrategy {
 /// too; `/finalize` writes them.
 pub struct NamespaceStrategy;
 impl RestStrategy for NamespaceStrategy {
+    fn subresources(&self) -> &'static [&'static str] {
+        &["finalize"]
+    }
+
     fn spec_finalizers(&self, obj: &Value) -> Vec<String> {
         obj.pointer("/spec/finalizers")
             .and_then(Value::as_array)
@@ -298,6 +312,11 @@ mod tests {
                 .spec_finalizers(&json!({}))
                 .is_empty()
         );
+        let subresources = |g, k| for_kind(&info(g, k)).subresources();
+        assert_eq!(subresources("", "Pod"), ["binding", "eviction"]);
+        assert_eq!(subresources("", "Namespace"), ["finalize"]);
+        assert!(subresources("example.com", "Namespace").is_empty());
+        assert!(subresources("", "Service").is_empty());
     }
 
     #[test]
