@@ -23,6 +23,8 @@ mod filter;
 mod list;
 mod namespace;
 pub mod strategy;
+#[cfg(test)]
+mod tests;
 
 pub use filter::Filter;
 pub use strategy::RestStrategy;
