@@ -44,10 +44,13 @@ use tokio_util::sync::CancellationToken;
 pub use server::Server;
 
 /// The embedded store's page cache (redb's default is 1 GiB). Reads are served from the watch
-/// cache, so the store's cache only needs the B-tree's interior pages hot for writes. Measured
-/// with 161,200 objects (an 800 MB store): the default kept ~275 MiB of pages the watch cache's
-/// load had read in the server's memory for good (RSS after a restart 601 -> 326 MiB).
-pub const STORE_PAGE_CACHE_BYTES: usize = 64 << 20;
+/// cache, so the store's cache only needs the B-tree's interior pages hot for writes; pages it
+/// does not hold are read from the kernel's page cache (`pread`). Measured with 161,200 objects
+/// (a 550 MB store): redb's default kept ~275 MiB of pages the watch cache's load had read
+/// (RSS after a restart 601 -> 326 MiB at 64 MiB); 64 MiB were still full of such pages
+/// (heaptrack: 67 MB, a quarter of the heap) and 16 MiB serve the same load as fast (RSS after
+/// a restart 299 -> 246 MiB, after the load 332 -> 293 MiB; see SCALE.md).
+pub const STORE_PAGE_CACHE_BYTES: usize = 16 << 20;
 
 /// How to run the API server.
 #[derive(Debug, Clone)]
