@@ -123,7 +123,7 @@ if [ "$(id -u)" = 0 ] && command -v nft >/dev/null; then
   RUST_LOG=info "$BIN" netpol --kubeconfig "$KUBECONFIG" agent --node-name bench-node --netns "/run/netns/$NS" \
     --cleanup-on-exit >"$WORK/netpol-live.log" 2>&1 &
   NP=$!; PIDS+=("$NP")
-  until grep -q "synced and applied" "$WORK/netpol-live.log"; do
+  until grep -q "synced and applied" "$WORK/netpol-live.log" 2>/dev/null; do
     kill -0 "$NP" || { cat "$WORK/netpol-live.log"; ip netns del "$NS"; exit 1; }; sleep 0.1
   done
   NETPOL_READY=$(secs "$t0" "$(now)"); sleep 1; NETPOL_RSS=$(rss_mib "$NP"); stop "$NP"
@@ -136,7 +136,7 @@ t0=$(now)
 RUST_LOG=info "$BIN" ingress --kubeconfig "$KUBECONFIG" --http-addr "127.0.0.1:$((PORT + 4))" \
   --https-addr "127.0.0.1:$((PORT + 5))" >"$WORK/ingress.log" 2>&1 &
 ING=$!; PIDS+=("$ING")
-until grep -q "first route table served" "$WORK/ingress.log"; do
+until grep -q "first route table served" "$WORK/ingress.log" 2>/dev/null; do
   kill -0 "$ING" || { cat "$WORK/ingress.log"; exit 1; }; sleep 0.1
 done
 ING_READY=$(secs "$t0" "$(now)"); sleep 1; ING_RSS=$(rss_mib "$ING"); stop "$ING"
@@ -164,7 +164,7 @@ t0=$(now)
 RUST_LOG=info "$BIN" agent --kubeconfig "$KUBECONFIG" --node-name bench-node --state-dir "$WORK/agent" --port 0 \
   --isolation off --insecure-allow-unauthenticated >"$WORK/agent.log" 2>&1 &
 AG=$!; PIDS+=("$AG")
-until grep -q "pods listed" "$WORK/agent.log"; do
+until grep -q "pods listed" "$WORK/agent.log" 2>/dev/null; do
   kill -0 "$AG" || { cat "$WORK/agent.log"; exit 1; }; sleep 0.1
 done
 AGENT_READY=$(secs "$t0" "$(now)"); sleep 1; AGENT_RSS=$(rss_mib "$AG"); stop "$AG"
