@@ -5,8 +5,11 @@
 //! Memory bounds (documented in ARCHITECTURE.md as this crate's invariants):
 //! - per object: its served JSON bytes, exactly sized, + [`CachedObject`]'s compact metadata
 //!   (name, namespace and labels, strings shared through [`compact::interner`]) + its index
-//!   entry: about the JSON size + 150 bytes + 32 bytes per label. No parsed `serde_json::Value`
-//!   is kept; code that needs one decodes the bytes ([`CachedObject::value`]).
+//!   entry: about the JSON size + ~210 bytes + 32 bytes per label (heaptrack, 161,200 objects:
+//!   ~110 B struct, `Arc` and name, ~95 B index node and key; see SCALE.md). No parsed
+//!   `serde_json::Value` is kept; code that needs one decodes the bytes
+//!   ([`CachedObject::value`]). `/metrics` reports the objects and their JSON bytes per resource
+//!   ([`ResourceCache::stats`]).
 //! - watch history per resource: at most [`HISTORY_EVENTS`] events and [`HISTORY_BYTES`] bytes
 //!   of the objects they hold, whichever is reached first; a watch or a continued list from an
 //!   older revision gets 410 Gone, as upstream. The live channel buffers at most
@@ -42,8 +45,9 @@ const HISTORY_ENTRY_OVERHEAD: usize = 256;
 /// namespace and labels (strings shared through [`compact::interner`]). Code that needs the
 /// whole object decodes it on demand ([`CachedObject::value`]); serving never re-encodes.
 ///
-/// Memory per object: the JSON bytes (exact size) + ~120 bytes of struct, `Arc` and name, + 32
-/// bytes per label (the strings themselves shared) + the index entry (key string + ~40 bytes).
+/// Memory per object: the JSON bytes (exact size) + ~110 bytes of struct, `Arc` and name, + 32
+/// bytes per label (the strings themselves shared) + the index entry (~95 bytes: its share of a
+/// B-tree node and the key string).
 #[derive(Debug)]
 pub struct CachedObject {
     pub bytes: Bytes,
