@@ -461,4 +461,112 @@ mod tests {
         assert_eq!(SlimPod::kind(&()), "Pod");
         assert_eq!(SlimNamespace::plural(&()), "namespaces");
     }
+
+    use proptest::prelude::*;
+
+    fn opt<T: Strategy>(t: T) -> impl Strategy<Value = Option<T::Value>>
+    where
+        T::Value: std::fmt::Debug,
+    {
+        prop::option::of(t)
+    }
+
+    /// Pods as the API serves them, with the fields the projection reads present, absent or
+    /// `null`, and fields it skips.
+    fn pod_json() -> impl Strategy<Value = Value> {
+        let ip = prop_oneof![
+            (0u8..4).prop_map(|i| format!("10.0.0.{i}")),
+            (0u8..3).prop_map(|i| format!("fd00::{i}")),
+            Just("not-an-ip".to_string()),
+        ];
+        let port = (
+            opt(prop_oneof![
+                Just("http".to_string()),
+                Just("dns".to_string()),
+                Just(String::new())
+            ]),
+            prop_oneof![Just(0i32), Just(53), Just(8080), Just(65535), Just(70000)],
+            opt(prop_oneof![
+                Just("TCP"),
+                Just("UDP"),
+                Just("SCTP"),
+                Just("udp"),
+                Just("ICMP")
+            ]),
+        )
+            .prop_map(|(name, n, proto)| {
+                let mut p = json!({"containerPort": n});
+                if let Some(name) = name {
+                    p["name"] = json!(name);
+                }
+                if let Some(proto) = proto {
+                    p["protocol"] = json!(proto);
+                }
+                p
+            });
+        let container = opt(prop::collection::vec(port, 0..3)).prop_map(|ports| {
+            let mut c = json!({"name": "c", "image": "i", "env": [{"name": "A", "value": "1"}]});
+            if let Some(ports) = ports {
+                c["ports"] = json!(ports);
+            }
+            c
+        });
+        (
+            opt(prop::collection::btree_map("[a-c]", "[x-z]{0,2}", 0..3)),
+            opt(prop_oneof![Just("n1"), Just("n2")]),
+            opt(any::<bool>()),
+            prop::collection::vec(container, 0..3),
+            opt(prop_oneof![
+                Just("Pending"),
+                Just("Running"),
+                Just("Succeeded"),
+                Just("Failed")
+            ]),
+            opt(ip.clone()),
+            opt(prop::collection::vec(ip, 0..3)),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(labels, node, host, containers, phase, pod_ip, pod_ips, nulls)| {
+                    let mut v = json!({
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "p", "namespace": "x", "resourceVersion": "1",
+                            "annotations": {"a": "b"}},
+                        "spec": {"containers": containers, "restartPolicy": "Always"},
+                        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                    });
+                    // Absent, or `null` (both read as absent).
+                    let set = |v: &mut Value, path: &[&str], x: Option<Value>| {
+                        if x.is_none() && !nulls {
+                            return;
+                        }
+                        let slot = path.iter().fold(v, |v, k| &mut v[*k]);
+                        *slot = x.unwrap_or(Value::Null);
+                    };
+                    set(&mut v, &["metadata", "labels"], labels.map(|l| json!(l)));
+                    set(&mut v, &["spec", "nodeName"], node.map(|n| json!(n)));
+                    set(&mut v, &["spec", "hostNetwork"], host.map(|h| json!(h)));
+                    set(&mut v, &["status", "phase"], phase.map(|p| json!(p)));
+                    set(&mut v, &["status", "podIP"], pod_ip.map(|i| json!(i)));
+                    set(
+                        &mut v,
+                        &["status", "podIPs"],
+                        pod_ips.map(|ips| {
+                            json!(ips.iter().map(|i| json!({"ip": i})).collect::<Vec<_>>())
+                        }),
+                    );
+                    v
+                },
+            )
+    }
+
+    proptest! {
+        /// Decoding the JSON as a slim Pod gives what reducing the full k8s-openapi Pod gives.
+        #[test]
+        fn slim_decoding_matches_the_full_pod(v in pod_json()) {
+            let full: Pod = serde_json::from_value(v.clone()).unwrap();
+            let slim: SlimPod = serde_json::from_value(v.clone()).unwrap();
+            prop_assert_eq!(slim, SlimPod::from(&full), "{}", v);
+        }
+    }
 }
