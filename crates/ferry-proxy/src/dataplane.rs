@@ -686,16 +686,24 @@ fn give_buf(buf: Vec<u8>) {
 
 /// Copies `src` to `dst` until EOF on `src` (returns the bytes copied) or an error. Holds a
 /// pooled buffer only while data is in flight.
+///
+/// When the readiness that woke the read already says the peer has finished (`EPOLLRDHUP`
+/// without an error) and the read drained the socket, the data is the last there is: it is
+/// sent with `MSG_MORE` and EOF returned at once, so the caller's half-close puts the FIN in the
+/// same segment as the data (as HAProxy does) and the read that would return 0 is skipped.
 async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std::io::Result<u64> {
     let mut total = 0u64;
     let mut buf: Option<Vec<u8>> = None;
+    // The peer's FIN has arrived (as of the last readiness seen).
+    let mut fin = false;
     loop {
         // Read: without a buffer, wait until the source has something first.
         let n = loop {
             let b = match buf.as_mut() {
                 Some(b) => b,
                 None => {
-                    src.readable().await?;
+                    let ready = src.ready(Interest::READABLE).await?;
+                    fin = ready.is_read_closed() && !ready.is_error();
                     buf.insert(take_buf())
                 }
             };
@@ -724,9 +732,25 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
             return Ok(total);
         }
         activity.touch();
+        // A short read after the FIN: nothing follows but EOF.
+        let last = fin && n < b.len();
         let mut off = 0;
         while off < n {
-            match dst.try_write(&b[off..n]) {
+            let r = if last {
+                dst.try_io(Interest::WRITABLE, || {
+                    rustix::net::send(
+                        dst,
+                        &b[off..n],
+                        rustix::net::SendFlags::MORE
+                            | rustix::net::SendFlags::NOSIGNAL
+                            | rustix::net::SendFlags::DONTWAIT,
+                    )
+                    .map_err(std::io::Error::from)
+                })
+            } else {
+                dst.try_write(&b[off..n])
+            };
+            match r {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(w) => off += w,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => dst.writable().await?,
@@ -735,6 +759,12 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
             }
         }
         total += n as u64;
+        if last {
+            if let Some(b) = buf.take() {
+                give_buf(b);
+            }
+            return Ok(total);
+        }
         if n < b.len() {
             // A short read means the socket had no more (tokio's own `poll_read` assumes the
             // same): give the buffer back and wait for readiness without a read that would
@@ -971,6 +1001,32 @@ mod tests {
         user.read_to_end(&mut got).await.unwrap();
         assert_eq!(got.len(), reply.len());
         assert!(got == reply);
+        task.await.unwrap().unwrap();
+    }
+
+    /// Data and FIN already queued when the pump first looks (the `MSG_MORE` + half-close
+    /// path): the data arrives whole, then EOF, and the other direction still flows.
+    #[tokio::test]
+    async fn data_with_fin_already_queued() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut user, client) = pair(&l).await;
+        let (backend, mut server) = pair(&l).await;
+        let request = pattern(40_000, 5);
+        user.write_all(&request).await.unwrap();
+        user.shutdown().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let task = tokio::spawn(async move {
+            let activity = Activity::new();
+            pump(&client, &backend, &activity).await
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert!(got == request, "{} of {} bytes", got.len(), request.len());
+        server.write_all(b"reply").await.unwrap();
+        drop(server);
+        let mut got = Vec::new();
+        user.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"reply");
         task.await.unwrap().unwrap();
     }
 
