@@ -1,7 +1,9 @@
-//! The node side: watches of NetworkPolicies, Pods, Namespaces and Nodes feed a change
-//! tracker (the model); one coalescing sync loop renders the node's table at most once per
-//! `min_interval` (and at least once per `max_interval`) and applies the difference in the
-//! node's network namespace. kube-proxy's pattern: handlers record, the loop applies.
+//! The node side: watches of NetworkPolicies, Pods, Namespaces and Nodes (the last three
+//! decoded slim, see [`crate::slim`]) feed a change tracker (the model); per node, one
+//! coalescing sync loop renders the node's table at most once per `min_interval` (and at least
+//! once per `max_interval`) and applies the difference in the node's network namespace.
+//! kube-proxy's pattern: handlers record, the loop applies. The nodes of one process (`ferry
+//! up`) share one tracker and so one set of watches ([`watch`], [`start_node`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
