@@ -3,7 +3,7 @@
 //! coalescing sync loop renders the node's table at most once per `min_interval` (and at least
 //! once per `max_interval`) and applies the difference in the node's network namespace.
 //! kube-proxy's pattern: handlers record, the loop applies. The nodes of one process (`ferry
-//! up`) share one tracker and so one set of watches ([`watch`], [`start_node`]).
+//! up`) share one tracker and so one set of watches ([`watch()`], [`start_node`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
@@ -569,7 +569,7 @@ pub fn start(client: Client, cfg: AgentConfig, cancel: CancellationToken) -> Run
     start_node(watch(client, cancel.clone()), cfg, cancel)
 }
 
-/// Starts the sync loop of one node on a tracker fed by [`watch`] (shared by the nodes of a
+/// Starts the sync loop of one node on a tracker fed by [`watch()`] (shared by the nodes of a
 /// process, as the node agents of `ferry up` share it).
 pub fn start_node(tracker: Arc<Tracker>, cfg: AgentConfig, cancel: CancellationToken) -> Running {
     let sub = tracker.subscribe();
