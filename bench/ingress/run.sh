@@ -14,6 +14,10 @@
 #
 #   bench/ingress/run.sh [SECONDS=5] [CONNECTIONS=64] [ROUNDS=3]
 #   TLS=1 adds the same over HTTPS (ferry-tls, nginx-tls, haproxy-tls).
+#   MINI=1 adds bare TCP relays without HTTP work (examples/mini_proxy.rs) to the same rounds:
+#   mini-epoll, mini-uring (multishot recv, provided buffers, one io_uring_enter per batch),
+#   mini-fixed (io_uring + registered files), mini-tokio — the floor of a proxy's cost per
+#   request on each event mechanism.
 #
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
 set -euo pipefail
@@ -209,6 +213,7 @@ suite() {
   echo "== $title: wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
   echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run; then the load side's CPU per request)"
   for name in "${names[@]}"; do RPS[$name]=""; P99[$name]=""; CPU[$name]=""; done
+  local pr_rps="" pr_cpu=""
   for r in $(seq 1 "$ROUNDS"); do
     for name in "${names[@]}"; do
       read -r rps p99 cpu ps ls lc < <(run "$(url_of "$name")" "${PID[${name%-tls}]}")
@@ -216,6 +221,16 @@ suite() {
         "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc"
       RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
     done
+    # Same-round ratios (ferry vs the better peer of this round): the machine's load drifts
+    # between rounds, the proxies of one round share it.
+    if [ ${#names[@]} -ge 3 ]; then
+      local rf rn rh cf cn ch
+      rf=$(awk '{print $NF}' <<<"${RPS[${names[0]}]}"); rn=$(awk '{print $NF}' <<<"${RPS[${names[1]}]}")
+      rh=$(awk '{print $NF}' <<<"${RPS[${names[2]}]}"); cf=$(awk '{print $NF}' <<<"${CPU[${names[0]}]}")
+      cn=$(awk '{print $NF}' <<<"${CPU[${names[1]}]}"); ch=$(awk '{print $NF}' <<<"${CPU[${names[2]}]}")
+      pr_rps+=" $(awk -v f="$rf" -v n="$rn" -v h="$rh" 'BEGIN{b=(h>n)?h:n; if (b>0) printf "%.3f", f/b}')"
+      pr_cpu+=" $(awk -v f="$cf" -v n="$cn" -v h="$ch" 'BEGIN{b=(h<n)?h:n; if (f>0) printf "%.3f", b/f}')"
+    fi
   done
   echo "-- medians over $ROUNDS rounds (load average now $(cut -d' ' -f1-3 /proc/loadavg)) --"
   for name in "${names[@]}"; do
@@ -233,6 +248,8 @@ suite() {
     printf "ratio p99      ferry/nginx %.2f  ferry/haproxy %.2f  ferry/best(%s) %.2f  (goal <= 1.00)\n", fp/np, fp/hp, best, fp/bp
     printf "ratio cpu/req  nginx/ferry %.2f  haproxy/ferry %.2f  (requests per core-second, ferry vs peer)\n", nc/fc, hc/fc
   }'
+  printf 'same-round ratios, median of %d: req/s ferry/best %.2f   cpu/req best/ferry %.2f   (rounds:%s |%s)\n' \
+    "$ROUNDS" "$(median <<<"$pr_rps")" "$(median <<<"$pr_cpu")" "$pr_rps" "$pr_cpu"
   if [ -n "${RPS[hyper]:-}" ] && [ "$f" = ferry ]; then
     awk -v f="${RPS[ferry]}" -v y="${RPS[hyper]}" -v fc="${CPU[ferry]}" -v yc="${CPU[hyper]}" \
       'BEGIN{printf "ferry fast path vs its hyper path (hyper = Ferry without the fast path): req/s %.2f  cpu/req %.2f\n", f/y, yc/fc}'
