@@ -8,13 +8,15 @@
 # Both proxies are pinned to one core (PROXY_CPU, default 1; HAProxy with nbthread 1, ferry's
 # runtime sizes itself from the affinity mask), the backend and the load generators to the
 # other (CLIENT_CPU, default 0). Phases, each alternated ferry/HAProxy ROUNDS times (default 2;
-# the figures are the means):
+# the figures are the medians):
 #   stream  CONNS parallel streams, Gbit/s (proxy_bench load)
 #   conn    CONNS parallel connect/1-byte/close loops, connections/s (proxy_bench load)
 #   wrk     HTTP/1.1 short connections, one request each (`Connection: close`), wrk -c WRK_CONNS
 #           (default 64): requests/s, p50/p99 latency, and the proxy process's CPU time per
 #           request (user + system from /proc; the least noisy figure on a shared machine)
-# SKIP_BUILD=1 runs the proxy_bench already built. Installs haproxy and wrk with apt-get when missing (needs root); without HAProxy its column is
+# As root everything runs in a network namespace made for the run (deleted at the end), whose
+# own TCP counters give the TCP segments sent per wrk request on each path (nstat; exact, unlike
+# the timings). SKIP_BUILD=1 runs the proxy_bench already built. Installs haproxy and wrk with apt-get when missing (needs root); without HAProxy its column is
 # skipped. Prints ratios ferry/HAProxy at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,11 +40,24 @@ done
 BIN=target/release/examples/proxy_bench
 PIDS=()
 CFG=$(mktemp)
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -f "$CFG" "$CFG.wrk"; }
+NS=""
+X=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ -z "$NS" ] || ip netns del "$NS" 2>/dev/null || true
+  rm -f "$CFG" "$CFG.wrk"
+}
 trap cleanup EXIT
+if [ "$(id -u)" = 0 ] && command -v nstat >/dev/null 2>&1; then
+  NS="ferry-proxy-bench-$$"
+  ip netns add "$NS" && ip -n "$NS" link set lo up
+  # `ip netns exec` execs the command: $! of a background "${X[@]}" is the process itself.
+  X=(ip netns exec "$NS")
+fi
 
-taskset -c "$CLIENT_CPU" "$BIN" backend "$BACK" & PIDS+=($!)
-taskset -c "$PROXY_CPU" "$BIN" ferry "$FERRY" "$BACK" 2>/dev/null & PIDS+=($!)
+"${X[@]}" taskset -c "$CLIENT_CPU" "$BIN" backend "$BACK" & PIDS+=($!)
+"${X[@]}" taskset -c "$PROXY_CPU" "$BIN" ferry "$FERRY" "$BACK" 2>/dev/null & PIDS+=($!)
 declare -A PID=([ferry]=$!)
 
 HAVE_HAP=0
@@ -62,7 +77,7 @@ frontend fe
 backend be
     server s1 $BACK
 CFG
-  taskset -c "$PROXY_CPU" haproxy -f "$CFG" -db >/dev/null 2>&1 & PIDS+=($!)
+  "${X[@]}" taskset -c "$PROXY_CPU" haproxy -f "$CFG" -db >/dev/null 2>&1 & PIDS+=($!)
   PID[haproxy]=$!
   HAVE_HAP=1
 fi
@@ -71,28 +86,32 @@ for n in "${!PID[@]}"; do
   kill -0 "${PID[$n]}" 2>/dev/null || { echo "$n did not start (address in use?)"; exit 1; }
 done
 
-load() { taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
+load() { "${X[@]}" taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
 # CPU time (user + system, clock ticks) of a process; 0 for "direct".
 ticks() { if [ -n "${1:-}" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
-# -> "req/s p50_ms p99_ms errors proxy_cpu_us_per_request"
+# TCP segments sent in the namespace since the last call (0 outside one).
+segs() { if [ -n "$NS" ]; then "${X[@]}" nstat 2>/dev/null | awk '$1 == "TcpOutSegs" {s = $2} END {print s + 0}'; else echo 0; fi; }
+# -> "req/s p50_ms p99_ms errors proxy_cpu_us_per_request tcp_segments_per_request"
 wrk_run() {
-  local t0 t1
+  local t0 t1 sg
   t0=$(ticks "${2:-}")
-  taskset -c "$CLIENT_CPU" wrk -t2 -c"$WRK_CONNS" -d"${SECS}s" --latency -H "Connection: close" "http://$1/" >"$CFG.wrk"
+  segs >/dev/null
+  "${X[@]}" taskset -c "$CLIENT_CPU" wrk -t2 -c"$WRK_CONNS" -d"${SECS}s" --latency -H "Connection: close" "http://$1/" >"$CFG.wrk"
+  sg=$(segs)
   t1=$(ticks "${2:-}")
-  awk -v ticks=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" \
+  awk -v ticks=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v segs="$sg" \
     'function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
      / 50%/ {p50 = ms($2)} / 99%/ {p99 = ms($2)} /Requests\/sec/ {r = $2} /requests in/ {n = $1}
      /Socket errors/ {e = $4 + $6 + $8 + $10}
-     END {printf "%.0f %.2f %.2f %d %.1f\n", r, p50, p99, e, (n > 0 ? ticks / hz * 1e6 / n : 0)}' "$CFG.wrk"
+     END {printf "%.0f %.2f %.2f %d %.1f %.2f\n", r, p50, p99, e, (n > 0 ? ticks / hz * 1e6 / n : 0), (n > 0 ? segs / n : 0)}' "$CFG.wrk"
 }
 val() { echo "$1" | tr ' ' '\n' | grep "^$2=" | cut -d= -f2; }
-mean() { awk '{s += $1; n++} END {if (n) printf "%.2f", s / n; else print 0}'; }
+median() { sort -g | awk '{v[n++] = $1} END {if (!n) print 0; else if (n % 2) printf "%.2f", v[(n - 1) / 2]; else printf "%.2f", (v[n / 2 - 1] + v[n / 2]) / 2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 targets=(direct:$BACK ferry:$FERRY)
 [ $HAVE_HAP = 1 ] && targets+=(haproxy:$HAP)
-declare -A GB CPS RPS P50 P99 CPU
+declare -A GB CPS RPS P50 P99 CPU SEG
 echo "== $SECS s per phase, $ROUNDS rounds, $CONNS load connections, wrk -c$WRK_CONNS; proxies on CPU $PROXY_CPU, backend and load on CPU $CLIENT_CPU"
 [ $HAVE_HAP = 1 ] && echo "   $(haproxy -v | head -1)"
 for r in $(seq 1 "$ROUNDS"); do
@@ -100,24 +119,24 @@ for r in $(seq 1 "$ROUNDS"); do
     name=${t%%:*}; addr=${t#*:}
     # A failed phase shows as zeros (and "failed") instead of ending the run.
     L=$(load "$addr") || L="gbps=0 cps=0 errors=failed"
-    W=$(wrk_run "$addr" "${PID[$name]:-}") || W="0 0 0 failed 0"
-    echo "   round $r $name: $L | wrk req/s p50(ms) p99(ms) errors cpu(us/req): $W"
+    W=$(wrk_run "$addr" "${PID[$name]:-}") || W="0 0 0 failed 0 0"
+    echo "   round $r $name: $L | wrk req/s p50(ms) p99(ms) errors cpu(us/req) tcp-segments/req: $W"
     GB[$name]+="$(val "$L" gbps) "; CPS[$name]+="$(val "$L" cps) "
-    read -r rps p50 p99 _ cpu <<<"$W"
-    RPS[$name]+="$rps "; P50[$name]+="$p50 "; P99[$name]+="$p99 "; CPU[$name]+="$cpu "
+    read -r rps p50 p99 _ cpu seg <<<"$W"
+    RPS[$name]+="$rps "; P50[$name]+="$p50 "; P99[$name]+="$p99 "; CPU[$name]+="$cpu "; SEG[$name]+="$seg "
   done
 done
 
-m() { echo "$1" | tr ' ' '\n' | grep -v '^$' | mean; }
+m() { echo "$1" | tr ' ' '\n' | grep -v '^$' | median; }
 echo
-printf "%-8s %14s %10s %12s %10s %10s %16s\n" path "stream Gbit/s" "conn/s" "wrk req/s" "p50 ms" "p99 ms" "proxy CPU us/req"
+printf "%-8s %14s %10s %12s %10s %10s %16s %13s\n" path "stream Gbit/s" "conn/s" "wrk req/s" "p50 ms" "p99 ms" "proxy CPU us/req" "TCP segs/req"
 for t in "${targets[@]}"; do
   n=${t%%:*}
-  printf "%-8s %14s %10s %12s %10s %10s %16s\n" "$n" "$(m "${GB[$n]}")" "$(m "${CPS[$n]}")" "$(m "${RPS[$n]}")" \
-    "$(m "${P50[$n]}")" "$(m "${P99[$n]}")" "$(m "${CPU[$n]}")"
+  printf "%-8s %14s %10s %12s %10s %10s %16s %13s\n" "$n" "$(m "${GB[$n]}")" "$(m "${CPS[$n]}")" "$(m "${RPS[$n]}")" \
+    "$(m "${P50[$n]}")" "$(m "${P99[$n]}")" "$(m "${CPU[$n]}")" "$(m "${SEG[$n]}")"
 done
-echo "-- ratios (means) --"
+echo "-- ratios (medians) --"
 echo "ferry/direct:  stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[direct]}")"), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[direct]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[direct]}")")"
 if [ $HAVE_HAP = 1 ]; then
-  echo "ferry/haproxy: stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[haproxy]}")") (goal >= 1.2), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[haproxy]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[haproxy]}")") (goal >= 1.2), wrk p99 $(ratio "$(m "${P99[ferry]}")" "$(m "${P99[haproxy]}")") (goal <= 1), CPU per request $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[haproxy]}")")"
+  echo "ferry/haproxy: stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[haproxy]}")") (goal >= 1.2), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[haproxy]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[haproxy]}")") (goal >= 1.2), wrk p99 $(ratio "$(m "${P99[ferry]}")" "$(m "${P99[haproxy]}")") (goal <= 1), CPU per request $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[haproxy]}")"), TCP segments per request $(ratio "$(m "${SEG[ferry]}")" "$(m "${SEG[haproxy]}")")"
 fi

@@ -347,8 +347,10 @@ impl Published {
         (self.cost * PUBLISH_FACTOR).min(TABLE_REFRESH)
     }
 
-    /// Copies `t` when stale and due; returns how long until a stale copy is due.
-    fn refresh(&mut self, t: &Table) -> Option<Duration> {
+    /// Copies `t` when stale and due; returns how long until a stale copy is due. The copy
+    /// stops (and is made again later) as soon as a change waits for a sync, so a large table's
+    /// copy never holds a change back by more than one chunk.
+    async fn refresh(&mut self, t: &Table, tracker: &Tracker) -> Option<Duration> {
         if !self.stale {
             return None;
         }
@@ -357,12 +359,50 @@ impl Published {
             return Some(self.gap() - since);
         }
         let t0 = Instant::now();
-        self.table = Arc::new(t.clone());
+        let copy = copy_table(t, || tracker.pending_for().is_some()).await;
         self.cost = t0.elapsed();
         self.at = Some(Instant::now());
-        self.stale = false;
-        None
+        match copy {
+            Some(c) => {
+                self.table = Arc::new(c);
+                self.stale = false;
+                None
+            }
+            None => Some(self.gap()),
+        }
     }
+}
+
+/// Entries copied between two checks for a waiting change.
+const COPY_CHUNK: usize = 512;
+
+/// Copies `t` a chunk at a time, yielding in between; `None` once `interrupted` says so.
+async fn copy_table(t: &Table, interrupted: impl Fn() -> bool) -> Option<Table> {
+    let mut out = Table::default();
+    let mut n = 0usize;
+    let mut tick = || {
+        n += 1;
+        n.is_multiple_of(COPY_CHUNK)
+    };
+    for (k, p) in &t.pools {
+        if tick() {
+            if interrupted() {
+                return None;
+            }
+            tokio::task::yield_now().await;
+        }
+        out.pools.insert(k.clone(), p.clone());
+    }
+    for (f, k) in &t.frontends {
+        if tick() {
+            if interrupted() {
+                return None;
+            }
+            tokio::task::yield_now().await;
+        }
+        out.frontends.insert(*f, k.clone());
+    }
+    Some(out)
 }
 
 /// Runs the loop until `cancel`; closes every listener on the way out.
@@ -418,7 +458,7 @@ pub async fn run(
         };
         syncs += 1;
         published.stale |= first || !delta.is_empty();
-        let publish_in = published.refresh(inc.table());
+        let publish_in = published.refresh(inc.table(), &tracker).await;
         tracing::debug!(
             changed,
             pools = delta.pools.len(),
@@ -774,6 +814,44 @@ mod tests {
         assert_eq!(
             inc.table(),
             &table::build(&st.services, &st.slices, &st.nodes, &ctx)
+        );
+    }
+
+    #[tokio::test]
+    async fn table_copy_is_whole_or_stops_for_a_waiting_change() {
+        let mut st = State::default();
+        for i in 0..300u16 {
+            let name = format!("s{i}");
+            st.put_service(
+                key("ns", &name),
+                Some(ServiceInfo {
+                    namespace: "ns".into(),
+                    name: name.clone(),
+                    cluster_ips: vec![IpAddr::from([10, 96, (i >> 8) as u8, i as u8])],
+                    ports: vec![crate::model::PortInfo {
+                        name: "http".into(),
+                        proto: crate::model::Proto::Tcp,
+                        port: 80,
+                        node_port: None,
+                    }],
+                    ..ServiceInfo::default()
+                }),
+            );
+            let mut sl = slice("ns", &format!("e{i}"), &name, "10.0.0.1");
+            sl.ports = vec![crate::model::SlicePort {
+                name: "http".into(),
+                proto: crate::model::Proto::Tcp,
+                port: 8080,
+            }];
+            st.put_slice(key("ns", &format!("e{i}")), Some(sl));
+        }
+        let t = table::build(&st.services, &st.slices, &st.nodes, &NodeContext::default());
+        assert_eq!((t.pools.len(), t.frontends.len()), (300, 300));
+        assert_eq!(copy_table(&t, || false).await.as_ref(), Some(&t));
+        assert!(copy_table(&t, || true).await.is_none());
+        assert_eq!(
+            copy_table(&Table::default(), || true).await,
+            Some(Table::default())
         );
     }
 
