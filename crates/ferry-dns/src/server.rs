@@ -10,13 +10,17 @@
 //! 5 s to write an answer. Accept errors back off instead of spinning.
 
 use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ipnet::IpNet;
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
+use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -131,8 +135,10 @@ struct AnswerCache {
     key: Vec<u8>,
 }
 
+/// What to do with a query; a reply's bytes are in the caller's buffer.
 enum Step {
-    Reply(Vec<u8>, u16, u16),
+    /// Send the reply (its qtype and rcode, for the metrics).
+    Reply(u16, u16),
     Forward,
     Drop,
 }
@@ -146,9 +152,16 @@ fn allowed(acl: &[IpNet], ip: IpAddr) -> bool {
 }
 
 impl Inner {
-    /// Everything that can be answered without IO. `limit` is the transport's size limit
-    /// (None for TCP).
-    fn handle_local(&self, pkt: &[u8], src: IpAddr, udp: bool, cache: &mut AnswerCache) -> Step {
+    /// Everything that can be answered without IO; a reply is written to `out` (which is
+    /// reused: a cached answer costs no allocation).
+    fn handle_local(
+        &self,
+        pkt: &[u8],
+        src: IpAddr,
+        udp: bool,
+        cache: &mut AnswerCache,
+        out: &mut Vec<u8>,
+    ) -> Step {
         let mut req = match wire::parse_request_lazy(pkt) {
             Ok(r) => r,
             Err(ParseError::Drop) => return Step::Drop,
@@ -158,15 +171,13 @@ impl Inner {
                 rd,
                 rcode,
             }) => {
-                return Step::Reply(wire::encode_parse_error(id, opcode, rd, rcode), 0, rcode);
+                *out = wire::encode_parse_error(id, opcode, rd, rcode);
+                return Step::Reply(0, rcode);
             }
         };
         if req.edns.is_some_and(|e| e.version > 0) {
-            return Step::Reply(
-                wire::encode_rcode(&req, wire::RCODE_BADVERS, true),
-                req.qtype,
-                wire::RCODE_BADVERS,
-            );
+            *out = wire::encode_rcode(&req, wire::RCODE_BADVERS, true);
+            return Step::Reply(req.qtype, wire::RCODE_BADVERS);
         }
         let limit = if udp { req.udp_limit() } else { 65535 };
         let gen_now = self.index.generation();
@@ -186,14 +197,15 @@ impl Inner {
         key.extend_from_slice(&(limit as u16).to_be_bytes());
         if let Some(hit) = cache.map.get(cache.key.as_slice()) {
             self.metrics.answer_cache_hits.inc();
-            let mut out = hit.clone();
+            out.clear();
+            out.extend_from_slice(hit);
             out[0..2].copy_from_slice(&req.id.to_be_bytes());
             out[12..12 + req.question_wire.len()].copy_from_slice(req.question_wire);
             let rcode = u16::from(out[3] & 0x0F);
-            return Step::Reply(out, req.qtype, rcode);
+            return Step::Reply(req.qtype, rcode);
         }
         let Some(name) = req.compute_qname() else {
-            return self.forward_or_refuse(&req, src);
+            return self.forward_or_refuse(&req, src, out);
         };
         let outcome = {
             let idx = self.index.read();
@@ -209,32 +221,28 @@ impl Inner {
         match outcome {
             // Before the first full sync the index may lack names that exist: SERVFAIL (as
             // CoreDNS answers), never a negative answer that resolvers would cache. Not cached.
-            Outcome::Answer(_) if !self.index.is_ready() => Step::Reply(
-                wire::encode_rcode(&req, wire::RCODE_SERVFAIL, true),
-                req.qtype,
-                wire::RCODE_SERVFAIL,
-            ),
+            Outcome::Answer(_) if !self.index.is_ready() => {
+                *out = wire::encode_rcode(&req, wire::RCODE_SERVFAIL, true);
+                Step::Reply(req.qtype, wire::RCODE_SERVFAIL)
+            }
             Outcome::Answer(resp) => {
                 self.metrics.answer_cache_misses.inc();
-                let out = wire::encode_response(&req, &resp, limit);
+                *out = wire::encode_response(&req, &resp, limit);
                 if cache.map.len() >= ANSWER_CACHE_MAX {
                     cache.map.clear();
                 }
                 cache.map.insert(cache.key.clone(), out.clone());
-                Step::Reply(out, req.qtype, resp.rcode)
+                Step::Reply(req.qtype, resp.rcode)
             }
-            Outcome::Forward => self.forward_or_refuse(&req, src),
+            Outcome::Forward => self.forward_or_refuse(&req, src, out),
         }
     }
 
-    fn forward_or_refuse(&self, req: &Request<'_>, src: IpAddr) -> Step {
+    fn forward_or_refuse(&self, req: &Request<'_>, src: IpAddr, out: &mut Vec<u8>) -> Step {
         if !allowed(&self.acl, src) {
             self.metrics.refused_recursion.inc();
-            return Step::Reply(
-                wire::encode_rcode(req, wire::RCODE_REFUSED, false),
-                req.qtype,
-                wire::RCODE_REFUSED,
-            );
+            *out = wire::encode_rcode(req, wire::RCODE_REFUSED, false);
+            return Step::Reply(req.qtype, wire::RCODE_REFUSED);
         }
         Step::Forward
     }
@@ -399,35 +407,134 @@ impl Server {
     }
 }
 
+/// Queries a UDP worker takes from the socket per system call, and replies it sends per call.
+/// A receive returns as soon as one query is there (`MSG_WAITFORONE`) with whatever else has
+/// arrived meanwhile: batching never waits for a batch to fill, it only saves system calls
+/// (and wakeups of the clients) when queries arrive faster than one at a time.
+const UDP_BATCH: usize = 32;
+/// Receive buffer per query: the largest UDP payload.
+const UDP_SLOT: usize = 65_535;
+
+/// One received query: where it is in the receive buffer, who sent it.
+#[derive(Clone, Copy)]
+struct Received {
+    len: usize,
+    from: Option<SockaddrStorage>,
+}
+
+/// The worker's reusable buffers: nothing is allocated per query once the answers are cached.
+struct UdpBuffers {
+    /// `UDP_BATCH` slots of `UDP_SLOT` bytes (untouched pages cost no memory).
+    recv: Vec<u8>,
+    recv_headers: MultiHeaders<SockaddrStorage>,
+    received: [Received; UDP_BATCH],
+    /// Replies of the current batch (buffers kept between batches), their addresses and
+    /// metric labels.
+    replies: Vec<Vec<u8>>,
+    to: Vec<SocketAddrAny>,
+    labels: Vec<(u16, u16)>,
+}
+
+impl UdpBuffers {
+    fn new() -> UdpBuffers {
+        UdpBuffers {
+            recv: vec![0u8; UDP_BATCH * UDP_SLOT],
+            recv_headers: MultiHeaders::preallocate(UDP_BATCH, None),
+            received: [Received { len: 0, from: None }; UDP_BATCH],
+            replies: (0..UDP_BATCH).map(|_| Vec::new()).collect(),
+            to: Vec::with_capacity(UDP_BATCH),
+            labels: Vec::with_capacity(UDP_BATCH),
+        }
+    }
+
+    /// Waits (up to the socket's read timeout) for at least one query and takes up to
+    /// `UDP_BATCH` that are there. Returns how many.
+    fn receive(&mut self, fd: RawFd) -> nix::Result<usize> {
+        let mut chunks = self.recv.chunks_mut(UDP_SLOT);
+        let mut slices: [[IoSliceMut<'_>; 1]; UDP_BATCH] =
+            std::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or_default())]);
+        let results = recvmmsg(
+            fd,
+            &mut self.recv_headers,
+            slices.iter_mut(),
+            MsgFlags::MSG_WAITFORONE,
+            None,
+        )?;
+        let mut n = 0;
+        for (slot, msg) in self.received.iter_mut().zip(results) {
+            // A truncated datagram (larger than a slot) cannot be a whole query.
+            let truncated = msg.flags.contains(MsgFlags::MSG_TRUNC);
+            *slot = Received {
+                len: if truncated { 0 } else { msg.bytes },
+                from: msg.address,
+            };
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Sends the queued replies (`sendmmsg`, repeated after a partial send; a reply the kernel
+    /// refuses is dropped, as a lost datagram would be). Returns how many went out.
+    fn send(&mut self, sock: &std::net::UdpSocket) -> usize {
+        let n = self.to.len();
+        let mut control: [SendAncillaryBuffer<'_, '_, '_>; UDP_BATCH] =
+            std::array::from_fn(|_| SendAncillaryBuffer::default());
+        let iovs: [[IoSlice<'_>; 1]; UDP_BATCH] = std::array::from_fn(|i| {
+            [IoSlice::new(
+                self.replies
+                    .get(i)
+                    .filter(|_| i < n)
+                    .map_or(&[][..], Vec::as_slice),
+            )]
+        });
+        let mut msgs: Vec<MMsgHdr<'_>> = Vec::with_capacity(n);
+        for ((to, iov), control) in self.to.iter().zip(&iovs).zip(control.iter_mut()) {
+            msgs.push(MMsgHdr::new_with_addr(to, iov, control));
+        }
+        let mut sent = 0;
+        let mut at = 0;
+        while at < n {
+            match rustix::net::sendmmsg(sock, &mut msgs[at..], SendFlags::empty()) {
+                Ok(k) => {
+                    sent += k;
+                    // A send that reports nothing sent and no error: skip one to make progress.
+                    at += k.max(1);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "dns udp send");
+                    at += 1;
+                }
+            }
+        }
+        sent
+    }
+}
+
+fn to_std(addr: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = addr.as_sockaddr_in() {
+        return Some(SocketAddr::from(*v4));
+    }
+    addr.as_sockaddr_in6().map(|v6| SocketAddr::from(*v6))
+}
+
 fn udp_worker(
     sock: Arc<std::net::UdpSocket>,
     inner: Arc<Inner>,
     stop: Arc<AtomicBool>,
     rt: tokio::runtime::Handle,
 ) {
-    let mut buf = vec![0u8; 65535];
+    let fd = sock.as_raw_fd();
+    let mut b = UdpBuffers::new();
     let mut cache = AnswerCache::default();
     let mut backoff = ferry_limits::AcceptBackoff::default();
     while !stop.load(Ordering::Acquire) {
-        let (n, src) = match sock.recv_from(&mut buf) {
-            Ok(v) => v,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue;
-            }
+        let n = match b.receive(fd) {
+            Ok(n) => n,
+            // The read timeout (to look at the stop flag), a signal.
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => continue,
             // ICMP errors of earlier replies.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
-                ) =>
-            {
-                continue;
-            }
+            Err(nix::errno::Errno::ECONNREFUSED | nix::errno::Errno::ECONNRESET) => continue,
             Err(e) => {
                 // Out of memory or buffers: do not spin.
                 tracing::debug!(error = %e, "dns udp recv");
@@ -437,26 +544,50 @@ fn udp_worker(
         };
         backoff.reset();
         let start = Instant::now();
-        let pkt = &buf[..n];
-        match inner.handle_local(pkt, src.ip(), true, &mut cache) {
-            Step::Reply(out, qtype, rcode) => {
-                let _ = sock.send_to(&out, src);
-                inner.metrics.observe(qtype, rcode, start.elapsed());
+        b.to.clear();
+        b.labels.clear();
+        for i in 0..n {
+            let Some(from) = b.received[i].from else {
+                continue;
+            };
+            let Some(src) = to_std(&from) else {
+                continue;
+            };
+            let slot = b.to.len();
+            let pkt = &b.recv[i * UDP_SLOT..i * UDP_SLOT + b.received[i].len];
+            let mut out = std::mem::take(&mut b.replies[slot]);
+            let step = inner.handle_local(pkt, src.ip(), true, &mut cache, &mut out);
+            match step {
+                Step::Reply(qtype, rcode) => {
+                    b.replies[slot] = out;
+                    b.to.push(SocketAddrAny::from(src));
+                    b.labels.push((qtype, rcode));
+                }
+                Step::Drop => {
+                    b.replies[slot] = out;
+                    inner.metrics.dropped.inc();
+                }
+                Step::Forward => {
+                    b.replies[slot] = out;
+                    let pkt = pkt.to_vec();
+                    let inner = inner.clone();
+                    let sock = sock.clone();
+                    rt.spawn(async move {
+                        if let Some((out, qtype, rcode)) = inner.forward(&pkt, true).await {
+                            let _ = sock.send_to(&out, src);
+                            inner.metrics.observe(qtype, rcode, start.elapsed());
+                        }
+                    });
+                }
             }
-            Step::Drop => {
-                inner.metrics.dropped.inc();
-            }
-            Step::Forward => {
-                let pkt = pkt.to_vec();
-                let inner = inner.clone();
-                let sock = sock.clone();
-                rt.spawn(async move {
-                    if let Some((out, qtype, rcode)) = inner.forward(&pkt, true).await {
-                        let _ = sock.send_to(&out, src);
-                        inner.metrics.observe(qtype, rcode, start.elapsed());
-                    }
-                });
-            }
+        }
+        if b.to.is_empty() {
+            continue;
+        }
+        b.send(&sock);
+        let elapsed = start.elapsed();
+        for &(qtype, rcode) in &b.labels {
+            inner.metrics.observe(qtype, rcode, elapsed);
         }
     }
 }
@@ -487,8 +618,9 @@ async fn tcp_conn(
             _ => return Ok(()),
         }
         let start = Instant::now();
-        let reply = match inner.handle_local(&pkt, peer.ip(), false, &mut cache) {
-            Step::Reply(out, qtype, rcode) => Some((out, qtype, rcode)),
+        let mut out = Vec::new();
+        let reply = match inner.handle_local(&pkt, peer.ip(), false, &mut cache, &mut out) {
+            Step::Reply(qtype, rcode) => Some((out, qtype, rcode)),
             Step::Drop => {
                 inner.metrics.dropped.inc();
                 return Ok(());

@@ -468,3 +468,83 @@ async fn servfail_before_first_sync() {
     let _ = tx.send(());
     task.await.unwrap().unwrap();
 }
+
+/// Bursts of queries from many clients at once reach one UDP worker as batches (one receive
+/// takes several, one send answers them): every query gets its own answer (its id, its
+/// question) at the address it came from, over IPv4 and IPv6; a malformed datagram in the
+/// middle of a burst is dropped without disturbing the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_bursts_are_answered_one_by_one() {
+    let (up, _) = fake_upstream(Ipv4Addr::new(1, 2, 3, 4)).await;
+    for listen in ["127.0.0.1:0", "[::1]:0"] {
+        let client_addr = if listen.starts_with('[') {
+            "[::1]:0"
+        } else {
+            "127.0.0.1:0"
+        };
+        let mut cfg = config(up, up, "127.0.0.0/8");
+        cfg.listen = match listen.parse() {
+            Ok(a) => a,
+            Err(_) => continue,
+        };
+        cfg.udp_workers = 1;
+        let srv = match start_with_index(index(), cfg).await {
+            Ok(s) => s,
+            // No IPv6 on this machine's loopback.
+            Err(_) if listen.starts_with('[') => continue,
+            Err(e) => panic!("{e}"),
+        };
+        // (name, qtype, expected rcode, expected addresses)
+        let cases: [(&str, u16, u16, &[&str]); 3] = [
+            ("web.default.svc.cluster.local", TYPE_A, 0, &["10.96.0.10"]),
+            ("web.default.svc.cluster.local", TYPE_AAAA, 0, &["fd00::10"]),
+            ("nope.default.svc.cluster.local", TYPE_A, 3, &[]),
+        ];
+        let mut clients = Vec::new();
+        for c in 0..8u16 {
+            clients.push((c, UdpSocket::bind(client_addr).await.unwrap()));
+        }
+        // Rounds of bursts small enough for the sockets' receive buffers (8 x 10 datagrams).
+        const ROUNDS: u16 = 6;
+        const BURST: u16 = 10;
+        for round in 0..ROUNDS {
+            for (c, s) in &clients {
+                for k in 0..BURST {
+                    let i = round * BURST + k;
+                    let (name, qtype, _, _) = cases[usize::from(i) % cases.len()];
+                    let id = c * 1000 + i;
+                    s.send_to(&build_query(id, name, qtype, true, None), srv.udp_addr)
+                        .await
+                        .unwrap();
+                    if k == BURST / 2 {
+                        s.send_to(&[0u8; 5], srv.udp_addr).await.unwrap();
+                    }
+                }
+            }
+            for (c, s) in &clients {
+                let mut seen = std::collections::BTreeSet::new();
+                let mut buf = vec![0u8; 65535];
+                while seen.len() < usize::from(BURST) {
+                    let n = tokio::time::timeout(Duration::from_secs(10), s.recv(&mut buf))
+                        .await
+                        .unwrap_or_else(|_| {
+                            panic!("{listen}: client {c} got {} answers", seen.len())
+                        })
+                        .unwrap();
+                    let m = Message::from_vec(&buf[..n]).unwrap();
+                    let id = m.metadata.id;
+                    assert_eq!(id / 1000, *c, "{listen}: answer for another client");
+                    let i = id % 1000;
+                    assert_eq!(i / BURST, round, "{listen}: answer of another round");
+                    let (name, qtype, rc, want) = cases[usize::from(i) % cases.len()];
+                    assert_eq!(m.queries[0].name().to_string(), format!("{name}."));
+                    assert_eq!(u16::from(m.queries[0].query_type()), qtype);
+                    assert_eq!(rcode(&buf[..n]), rc, "{listen}: {name}");
+                    assert_eq!(addrs(&m), want, "{listen}: {name}");
+                    assert!(seen.insert(id), "{listen}: answered twice: {id}");
+                }
+            }
+        }
+        srv.stop().await.unwrap();
+    }
+}
