@@ -236,6 +236,24 @@ async fn a_pooled_connection_the_backend_closed_is_replaced() {
     assert!(body.contains(" data "), "{body}");
 }
 
+/// Responses whose bodies are joined to their head (small) or sent behind it (larger) arrive
+/// whole on one keep-alive connection, around the size where the two meet.
+#[tokio::test]
+async fn responses_around_the_join_size_arrive_whole() {
+    let (ep, conns) = raw_backend().await;
+    let addr = start(ep).await;
+    let mut tx = client(addr).await;
+    for n in [0, 1, 4000, 4060, 4070, 4080, 4090, 4100, 5000, 20_000] {
+        let sent: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let (status, body, _) = call(&mut tx, "PUT", "/ok", &sent).await;
+        assert_eq!(status, 200);
+        assert!(body.starts_with("ok 1 "), "{n}: {body:.40}");
+        assert!(body.contains(&sent), "a {n}-byte echo arrives whole");
+        assert_eq!(body.len(), "ok 1 ".len() + n + " 127.0.0.1".len(), "{n}");
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn chunked_and_close_delimited_responses_and_request_bodies() {
     let (ep, conns) = raw_backend().await;
