@@ -352,14 +352,24 @@ pub async fn start(
                     });
                     Source::SharedPods(inf.clone())
                 }
-                // The collectors read only metadata (upstream's use metadata informers), the
-                // namespace controller also a Namespace's phase: objects are decoded straight
-                // into that projection ([`MetaObject`]).
-                None => Source::Own(runtime::reflect_slim(
+                // The collectors read only metadata (upstream's use metadata informers): a
+                // metadata-only watch. The namespace controller also reads a Namespace's
+                // phase: Namespaces are watched whole, decoded straight into the projection.
+                None if is_namespace => Source::Own(runtime::reflect_slim(
                     Api::<MetaObject>::all_with(client.clone(), &ar),
                     watcher::Config::default(),
                     ar.clone(),
                     |_| {},
+                    stop.clone(),
+                    move |ch| on_change(&ch),
+                )),
+                None => Source::Own(runtime::reflect_stream(
+                    runtime::meta::metadata_stream(
+                        client.clone(),
+                        ar.clone(),
+                        watcher::Config::default(),
+                    ),
+                    ar.clone(),
                     stop.clone(),
                     move |ch| on_change(&ch),
                 )),

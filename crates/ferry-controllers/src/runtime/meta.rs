@@ -8,9 +8,12 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::Resource;
 use kube::api::ApiResource;
+use kube::runtime::watcher;
+use kube::{Api, Resource};
 use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -144,6 +147,136 @@ impl From<&super::SlimPod> for MetaObject {
     }
 }
 
+impl<K> From<kube::core::PartialObjectMeta<K>> for MetaObject {
+    /// The projection of a metadata-only answer (or of a full object decoded as one).
+    fn from(p: kube::core::PartialObjectMeta<K>) -> Self {
+        let m = p.metadata;
+        MetaObject {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                deletion_timestamp: m.deletion_timestamp,
+                owner_references: m.owner_references.filter(|r| !r.is_empty()),
+                finalizers: m.finalizers.filter(|f| !f.is_empty()),
+                ..ObjectMeta::default()
+            },
+            phase: None,
+        }
+    }
+}
+
+/// The watch a metadata informer uses, decided on the server's first answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaWatch {
+    /// `PartialObjectMetadata` with one streaming list (`sendInitialEvents`).
+    StreamingMetadata,
+    /// `PartialObjectMetadataList` pages (a server without streaming lists).
+    PagedMetadata,
+    /// Full objects decoded into [`MetaObject`] (a server that does not serve metadata-only
+    /// answers: 406 Not Acceptable).
+    FullObjects,
+}
+
+fn status_code(e: &watcher::Error) -> Option<u16> {
+    match e {
+        watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::InitialListFailed(kube::Error::Api(s)) => Some(s.code),
+        watcher::Error::WatchError(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// The watch to switch to after `e` was the first answer to `current` (None: keep it; the
+/// watcher retries with backoff).
+pub fn next_watch(current: MetaWatch, e: &watcher::Error) -> Option<MetaWatch> {
+    let refused = ferry_kubeclient::watch::refuses_streaming(e);
+    match (current, status_code(e)) {
+        (MetaWatch::FullObjects, _) => None,
+        (_, Some(406)) => Some(MetaWatch::FullObjects),
+        (MetaWatch::StreamingMetadata, _) if refused => Some(MetaWatch::PagedMetadata),
+        _ => None,
+    }
+}
+
+fn metadata_events<S>(s: S) -> BoxStream<'static, watcher::Result<watcher::Event<MetaObject>>>
+where
+    S: Stream<Item = watcher::Result<watcher::Event<kube::core::PartialObjectMeta<MetaObject>>>>
+        + Send
+        + 'static,
+{
+    s.map(|r| {
+        r.map(|ev| match ev {
+            watcher::Event::Apply(o) => watcher::Event::Apply(o.into()),
+            watcher::Event::Delete(o) => watcher::Event::Delete(o.into()),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitApply(o) => watcher::Event::InitApply(o.into()),
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        })
+    })
+    .boxed()
+}
+
+fn start_watch(
+    mode: MetaWatch,
+    client: &kube::Client,
+    ar: &ApiResource,
+    config: &watcher::Config,
+) -> BoxStream<'static, watcher::Result<watcher::Event<MetaObject>>> {
+    // An `Api` of PartialObjectMeta asks for metadata-only answers.
+    let meta = || Api::<kube::core::PartialObjectMeta<MetaObject>>::all_with(client.clone(), ar);
+    let config = config.clone();
+    match mode {
+        MetaWatch::StreamingMetadata => {
+            metadata_events(watcher::watcher(meta(), config.streaming_lists()))
+        }
+        MetaWatch::PagedMetadata => metadata_events(watcher::watcher(meta(), config)),
+        MetaWatch::FullObjects => ferry_kubeclient::watch::stream(
+            Api::<MetaObject>::all_with(client.clone(), ar),
+            config,
+            ar.kind.clone(),
+        ),
+    }
+}
+
+/// A metadata-only watch of the resource `ar` (as upstream's metadata informers and kube-rs'
+/// `metadata_watcher`): streaming metadata lists first, paged metadata lists when the server
+/// refuses streaming lists, full objects when it does not serve metadata at all (decided once,
+/// on the first answer). A server that answers a plain object to the metadata request is read
+/// as well: the object decodes as its metadata.
+pub fn metadata_stream(
+    client: kube::Client,
+    ar: ApiResource,
+    config: watcher::Config,
+) -> BoxStream<'static, watcher::Result<watcher::Event<MetaObject>>> {
+    let first = MetaWatch::StreamingMetadata;
+    let stream = start_watch(first, &client, &ar, &config);
+    futures::stream::unfold(
+        (stream, Some(first), client, ar, config),
+        |(mut stream, mut deciding, client, ar, config)| async move {
+            loop {
+                let item = stream.next().await?;
+                if let Some(mode) = deciding {
+                    match &item {
+                        Ok(_) => deciding = None,
+                        Err(e) => {
+                            if let Some(next) = next_watch(mode, e) {
+                                tracing::info!(kind = %ar.kind, ?next, "metadata watch: {e}");
+                                stream = start_watch(next, &client, &ar, &config);
+                                deciding = (next != MetaWatch::FullObjects).then_some(next);
+                                continue;
+                            }
+                        }
+                    }
+                }
+                return Some((item, (stream, deciding, client, ar, config)));
+            }
+        },
+    )
+    .boxed()
+}
+
 impl Resource for MetaObject {
     type DynamicType = ApiResource;
     type Scope = kube::core::DynamicResourceScope;
@@ -214,6 +347,49 @@ mod tests {
         let slim: super::super::SlimPod = serde_json::from_value(v.clone()).unwrap();
         let direct: MetaObject = serde_json::from_value(v).unwrap();
         assert_eq!(MetaObject::from(&slim), direct);
+    }
+
+    #[test]
+    fn the_watch_falls_back_by_the_first_answer() {
+        use kube::core::Status;
+        let api =
+            |code: u16| kube::Error::Api(Box::new(Status::failure("no", "x").with_code(code)));
+        let start = |c| watcher::Error::WatchStartFailed(api(c));
+        let list = |c| watcher::Error::InitialListFailed(api(c));
+        use MetaWatch::*;
+        for (mode, err, want) in [
+            (StreamingMetadata, start(422), Some(PagedMetadata)),
+            (StreamingMetadata, start(400), Some(PagedMetadata)),
+            (StreamingMetadata, start(406), Some(FullObjects)),
+            (StreamingMetadata, start(500), None),
+            (StreamingMetadata, start(403), None),
+            (PagedMetadata, list(406), Some(FullObjects)),
+            (PagedMetadata, start(422), None),
+            (PagedMetadata, list(500), None),
+            (FullObjects, start(406), None),
+        ] {
+            assert_eq!(next_watch(mode, &err), want, "{mode:?} {err}");
+        }
+    }
+
+    #[test]
+    fn a_plain_object_answers_a_metadata_request_too() {
+        let v = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "4",
+                "labels": {"x": "y"}, "finalizers": ["orphan"],
+                "managedFields": [{"manager": "m"}]},
+            "data": {"k": "v"}});
+        let partial: kube::core::PartialObjectMeta<MetaObject> =
+            serde_json::from_value(v.clone()).unwrap();
+        let direct: MetaObject = serde_json::from_value(v).unwrap();
+        assert_eq!(MetaObject::from(partial), direct);
+        let meta_only: kube::core::PartialObjectMeta<MetaObject> = serde_json::from_value(
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "4",
+                "finalizers": ["orphan"]}}),
+        )
+        .unwrap();
+        assert_eq!(MetaObject::from(meta_only), direct);
     }
 
     #[test]

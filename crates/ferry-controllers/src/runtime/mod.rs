@@ -50,6 +50,6 @@ pub use keys::ObjectKey;
 pub use meta::MetaObject;
 pub use pod::SlimPod;
 pub use queue::WorkQueue;
-pub use reflect::{Change, reflect, reflect_slim, reflect_with};
+pub use reflect::{Change, reflect, reflect_slim, reflect_stream, reflect_with};
 pub use shared::{Informers, SharedInformer};
 pub use worker::{Action, Reconciler, execute_all};

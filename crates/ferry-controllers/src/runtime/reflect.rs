@@ -136,10 +136,44 @@ pub(crate) fn spawn_reflector<K, S>(
     dyntype: K::DynamicType,
     slim: fn(&mut K),
     stop: CancellationToken,
-    mut sink: S,
+    sink: S,
 ) -> Store<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    S: Sink<K>,
+{
+    let kind = K::kind(&dyntype).to_string();
+    let stream = ferry_kubeclient::watch::stream(api, config, kind)
+        .modify(slim)
+        .boxed();
+    spawn_reflector_on(stream, dyntype, stop, sink)
+}
+
+/// [`reflect_with`] on a given watch stream (e.g. a metadata-only watch, see
+/// [`super::meta::metadata_stream`]); kube-runtime's default backoff is applied here.
+pub fn reflect_stream<K, F>(
+    stream: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    dyntype: K::DynamicType,
+    stop: CancellationToken,
+    on_change: F,
+) -> Store<K>
+where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    F: FnMut(Change<'_, K>) + Send + 'static,
+{
+    spawn_reflector_on(stream, dyntype, stop, FnSink(on_change))
+}
+
+fn spawn_reflector_on<K, S>(
+    stream: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    dyntype: K::DynamicType,
+    stop: CancellationToken,
+    mut sink: S,
+) -> Store<K>
+where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
     S: Sink<K>,
 {
@@ -149,10 +183,7 @@ where
     let store = reader.clone();
     let kind = K::kind(&dyntype).to_string();
     tokio::spawn(async move {
-        let mut stream = ferry_kubeclient::watch::stream(api, config, kind.clone())
-            .modify(slim)
-            .default_backoff()
-            .boxed();
+        let mut stream = stream.default_backoff().boxed();
         // The store's contents when a relist began.
         let mut before: Option<Vec<Arc<K>>> = None;
         loop {
