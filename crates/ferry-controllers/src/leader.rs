@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use crate::error::Result;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
@@ -428,7 +428,7 @@ where
             tokio::select! {
                 _ = stop.cancelled() => break TermEnd::Shutdown,
                 r = &mut handle => {
-                    break TermEnd::WorkEnded(r.unwrap_or_else(|e| Err(anyhow::anyhow!("controllers panicked: {e}"))));
+                    break TermEnd::WorkEnded(r.unwrap_or_else(|e| Err(crate::Error::Panicked(e))));
                 }
                 _ = tokio::time::sleep(args.leader_elect_retry_period) => {}
             }

@@ -2,6 +2,7 @@
 //! API server or any kube-apiserver, under leader election through a `coordination.k8s.io/v1`
 //! Lease, as kube-controller-manager does.
 
+pub mod error;
 pub mod identity;
 pub mod leader;
 pub mod lifecycle;
@@ -12,7 +13,7 @@ pub mod workloads2;
 use std::future::Future;
 use std::path::PathBuf;
 
-use anyhow::Result;
+pub use error::{Error, Result};
 
 /// Flags of `ferry controllers` (and of the controllers inside `ferry up`).
 #[derive(clap::Args, Debug, Clone)]

@@ -235,7 +235,7 @@ fn main() -> Result<()> {
             Command::Up(a) => run_server(a, "up").await,
             Command::Apiserver(a) => run_server(a, "apiserver").await,
             Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
-            Command::Controllers(a) => ferry_controllers::run(a, shutdown_signal()).await,
+            Command::Controllers(a) => Ok(ferry_controllers::run(a, shutdown_signal()).await?),
             Command::Agent(a) => Ok(ferry_node::run(a, shutdown_signal()).await?),
             Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
             Command::Netpol(a) => Ok(ferry_netpol::run(a, shutdown_signal()).await?),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, Patch, PatchParams, PostParams};

@@ -13,7 +13,7 @@ pub mod scheduler_core;
 pub mod workload_core;
 pub mod workloads;
 
-use anyhow::Result;
+use crate::error::Result;
 use kube::runtime::WatchStreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -123,9 +123,7 @@ pub async fn run_with(
             mask_v6: args.node_cidr_mask_size_ipv6,
             excluded: args.node_ipam_excluded_cidrs.clone(),
         };
-        if let Err(e) = cfg.classic() {
-            anyhow::bail!("{e}");
-        }
+        cfg.classic()?;
         tasks.push(tokio::spawn(ipam::run(client.clone(), cfg, stop.clone())));
     }
     stop.cancelled().await;

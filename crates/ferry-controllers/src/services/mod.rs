@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Result;
+use crate::error::Result;
 use k8s_openapi::api::core::v1::{Endpoints, Event, Node, ObjectReference, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -115,10 +115,7 @@ fn managed_by(s: &EndpointSlice) -> &str {
 
 impl Controller {
     pub fn new(client: Client, args: ServiceArgs) -> Result<Arc<Controller>> {
-        let pool: lbpool::Pool = args
-            .loadbalancer_ip_range
-            .parse()
-            .map_err(|e: lbpool::PoolError| anyhow::anyhow!(e))?;
+        let pool: lbpool::Pool = args.loadbalancer_ip_range.parse()?;
         Ok(Arc::new(Controller {
             client,
             args,
