@@ -20,6 +20,7 @@
 //! keeps it).
 
 pub mod dataplane;
+pub mod error;
 pub mod health;
 pub mod kernel;
 pub mod model;
@@ -35,10 +36,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use error::Context;
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
 
+pub use error::{Error, Result};
 pub use sched::Scheduler;
 pub use sync::SyncStatus;
 
@@ -364,7 +366,7 @@ pub async fn run(
     proxy.stop().await;
     match failure {
         None => Ok(()),
-        Some(f) => bail!("service proxy failed: {f}"),
+        Some(f) => Err(Error::Failed(f)),
     }
 }
 

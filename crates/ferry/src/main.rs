@@ -237,7 +237,7 @@ fn main() -> Result<()> {
             Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
             Command::Controllers(a) => Ok(ferry_controllers::run(a, shutdown_signal()).await?),
             Command::Agent(a) => Ok(ferry_node::run(a, shutdown_signal()).await?),
-            Command::Proxy(a) => ferry_proxy::run(a, shutdown_signal()).await,
+            Command::Proxy(a) => Ok(ferry_proxy::run(a, shutdown_signal()).await?),
             Command::Netpol(a) => Ok(ferry_netpol::run(a, shutdown_signal()).await?),
             Command::Ingress(a) => Ok(ferry_ingress::run(a, shutdown_signal()).await?),
             Command::AgentCertificate {

@@ -832,6 +832,7 @@ async fn start_netns(
                     match ferry_proxy::start(proxy_client, &proxy_args, stop.child_token()).await {
                         Ok(p) => Some(p),
                         Err(e) => {
+                            let e = anyhow::Error::from(e);
                             tracing::error!("service proxy of {name}: {e:#}");
                             None
                         }

@@ -26,7 +26,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Error, Result};
 use ipnet::IpNet;
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
@@ -175,7 +175,7 @@ impl Applier {
                     prefix,
                 ))
             }
-            ProxyMode::Userspace => bail!("not a kernel proxy mode"),
+            ProxyMode::Userspace => return Err(Error::NotKernelMode),
         })
     }
 
@@ -264,7 +264,7 @@ async fn snapshot(client: kube::Client) -> Result<Arc<Tracker>> {
         t.abort();
     }
     if !matches!(ok, Ok(true)) {
-        bail!("the API server did not list Services and EndpointSlices within 30 s");
+        return Err(Error::NotListed);
     }
     Ok(tracker)
 }
@@ -294,7 +294,7 @@ pub async fn dry_run(client: kube::Client, args: &ProxyArgs) -> Result<String> {
 
 /// `ferry proxy trace`.
 pub async fn trace_cmd(client: kube::Client, args: &ProxyArgs, t: &TraceArgs) -> Result<String> {
-    let (dst, port, proto) = trace::parse_target(&t.to).map_err(anyhow::Error::msg)?;
+    let (dst, port, proto) = trace::parse_target(&t.to)?;
     let tracker = snapshot(client).await?;
     let node = args.node_name.clone().unwrap_or_else(crate::hostname);
     let (ports, local) = tracker.take(|st| (input_from(st, &node).0, local_addrs(st, args, &node)));
