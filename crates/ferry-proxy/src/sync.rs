@@ -456,9 +456,10 @@ pub async fn run(
             Some(p) => p.apply(&mut dataplane, inc.table(), &node_ips).await,
             None => dataplane.apply_delta(&delta),
         };
+        let applied_us = started.elapsed().as_micros() as u64;
         syncs += 1;
         published.stale |= first || !delta.is_empty();
-        let publish_in = published.refresh(inc.table(), &tracker).await;
+        let mut publish_in = published.refresh(inc.table(), &tracker).await;
         tracing::debug!(
             changed,
             pools = delta.pools.len(),
@@ -467,6 +468,7 @@ pub async fn run(
             closed = report.closed,
             failed = report.failed.len(),
             built_us,
+            applied_us,
             took_us = started.elapsed().as_micros() as u64,
             "proxy sync"
         );
@@ -480,11 +482,29 @@ pub async fn run(
                 .map(|(f, e)| format!("{f}: {e}"))
                 .collect(),
         });
-        let wait = publish_in.map_or(cfg.max_interval, |d| d.min(cfg.max_interval));
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tracker.notify.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+        // Wait for a change or the periodic resync. A deferred copy of the table is made
+        // meanwhile without counting as a sync, so it never makes a change that follows wait
+        // out `min_interval`.
+        loop {
+            let resync_in = cfg.max_interval.saturating_sub(started.elapsed());
+            let wait = publish_in.map_or(resync_in, |d| d.min(resync_in));
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    dataplane.shutdown();
+                    return;
+                }
+                _ = tracker.notify.notified() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            if publish_in.is_none()
+                || started.elapsed() >= cfg.max_interval
+                || tracker.pending_for().is_some()
+            {
+                break;
+            }
+            publish_in = published.refresh(inc.table(), &tracker).await;
+            let table = published.table.clone();
+            status.send_modify(|st| st.table = table);
         }
     }
     dataplane.shutdown();
