@@ -10,6 +10,7 @@
 //! --metrics-listen 127.0.0.1:9153`, then `dig @127.0.0.1 -p 1053 kubernetes.default.svc.cluster.local`.
 
 pub mod answer;
+pub mod error;
 pub mod forward;
 pub mod index;
 pub mod metrics;
@@ -23,9 +24,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use error::Context;
 use ipnet::IpNet;
 
+pub use error::{Error, Result};
 pub use index::{Index, PodsMode, ZoneConfig};
 pub use metrics::Metrics;
 pub use server::{ServerConfig, SharedIndex, TcpConfig};
@@ -107,10 +109,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
 }
 
 /// Parses `DOMAIN=ADDR:PORT[,ADDR:PORT]`.
-pub fn parse_stub(s: &str) -> anyhow::Result<(String, Vec<SocketAddr>)> {
-    let (domain, servers) = s
-        .split_once('=')
-        .context("stub domain must be DOMAIN=ADDR:PORT")?;
+pub fn parse_stub(s: &str) -> Result<(String, Vec<SocketAddr>)> {
+    let (domain, servers) = s.split_once('=').ok_or(Error::StubSyntax)?;
     let servers = servers
         .split(',')
         .map(|a| {
@@ -118,7 +118,7 @@ pub fn parse_stub(s: &str) -> anyhow::Result<(String, Vec<SocketAddr>)> {
                 .parse::<SocketAddr>()
                 .with_context(|| format!("bad stub server {a:?}"))
         })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()?;
     Ok((domain.trim_end_matches('.').to_ascii_lowercase(), servers))
 }
 
@@ -144,7 +144,7 @@ impl DnsArgs {
         }
     }
 
-    pub fn server_config(&self) -> anyhow::Result<ServerConfig> {
+    pub fn server_config(&self) -> Result<ServerConfig> {
         let upstreams = if self.upstream.is_empty() {
             resolv_conf_nameservers(
                 &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
@@ -156,7 +156,7 @@ impl DnsArgs {
             .stub_domain
             .iter()
             .map(|s| parse_stub(s))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let acl = if self.allow_recursion_from.is_empty() {
             let mut v: Vec<IpNet> = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
             v.extend(self.service_cidr.iter().copied());
@@ -191,15 +191,12 @@ impl DnsArgs {
     }
 }
 
-async fn kube_client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+async fn kube_client(path: Option<&PathBuf>) -> Result<kube::Client> {
     Ok(ferry_kubeclient::client(path.map(PathBuf::as_path)).await?)
 }
 
 /// Runs `ferry dns` until `shutdown` completes.
-pub async fn run(
-    args: DnsArgs,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+pub async fn run(args: DnsArgs, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     prepare(&args).await?.run(shutdown).await
 }
 
@@ -214,7 +211,7 @@ pub struct Prepared {
 }
 
 /// Binds the DNS (UDP and TCP) and operations sockets.
-pub async fn prepare(args: &DnsArgs) -> anyhow::Result<Prepared> {
+pub async fn prepare(args: &DnsArgs) -> Result<Prepared> {
     let metrics = Arc::new(Metrics::new());
     let shared = Arc::new(SharedIndex::new(Index::new(args.zone_config())));
     let server = server::Server::bind(args.server_config()?, shared.clone(), metrics.clone())
@@ -247,10 +244,7 @@ impl Prepared {
     }
 
     /// Serves until `shutdown` completes; fails if a watcher or the server ends on its own.
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
         let Prepared {
             args,
             server,
@@ -279,9 +273,9 @@ impl Prepared {
                 match r {
                     Ok(()) => continue,
                     Err(e) if e.is_panic() => {
-                        return anyhow::anyhow!("a DNS watcher panicked: {}", panic_text(e));
+                        return Error::WatcherPanicked(panic_text(e));
                     }
-                    Err(e) => return anyhow::anyhow!("a DNS watcher stopped: {e}"),
+                    Err(e) => return Error::WatcherStopped(e),
                 }
             }
         };
@@ -319,11 +313,11 @@ pub struct Running {
     pub index: Arc<SharedIndex>,
     pub metrics: Arc<Metrics>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    task: tokio::task::JoinHandle<Result<()>>,
 }
 
 /// Starts UDP/TCP servers answering from `index` (marked ready).
-pub async fn start_with_index(index: Index, cfg: ServerConfig) -> anyhow::Result<Running> {
+pub async fn start_with_index(index: Index, cfg: ServerConfig) -> Result<Running> {
     let metrics = Arc::new(Metrics::new());
     let shared = Arc::new(SharedIndex::new(index));
     shared.set_ready();
@@ -345,7 +339,7 @@ pub async fn start_with_index(index: Index, cfg: ServerConfig) -> anyhow::Result
 
 impl Running {
     /// Stops the servers and waits for them.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
+    pub async fn stop(mut self) -> Result<()> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }

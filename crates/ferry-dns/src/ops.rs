@@ -46,7 +46,7 @@ fn respond(index: &SharedIndex, metrics: &Metrics, path: &str) -> Response<Full<
 }
 
 /// Binds the operations listener.
-pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+pub async fn bind(addr: SocketAddr) -> crate::Result<TcpListener> {
     Ok(TcpListener::bind(addr).await?)
 }
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use crate::error::{Context, Error, Result};
 use ipnet::IpNet;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
@@ -291,7 +291,7 @@ impl Server {
         cfg: ServerConfig,
         index: Arc<SharedIndex>,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Server> {
+    ) -> Result<Server> {
         // UDP and TCP share one port. With port 0 the kernel picks the UDP port, and that
         // number may already be taken for TCP by someone else: pick again a few times.
         let attempts = if cfg.listen.port() == 0 { 20 } else { 1 };
@@ -309,11 +309,11 @@ impl Server {
                     continue;
                 }
                 Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!("binding TCP {tcp_addr}")));
+                    return Err(e).with_context(|| format!("binding TCP {tcp_addr}"));
                 }
             }
         }
-        let (udp, tcp) = bound.context("no port free for both UDP and TCP")?;
+        let (udp, tcp) = bound.ok_or(Error::NoPortFree)?;
         let forwarder = Forwarder::new(cfg.forward, metrics.clone());
         let tcp_limit = ferry_limits::ConnLimiter::new("dns-tcp", cfg.tcp.max_connections);
         let inner = Arc::new(Inner {
@@ -349,7 +349,7 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> anyhow::Result<()> {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let stop = Arc::new(AtomicBool::new(false));
         let stop_guard = StopOnDrop(stop.clone());
         let rt = tokio::runtime::Handle::current();

@@ -234,7 +234,7 @@ fn main() -> Result<()> {
         match cli.command {
             Command::Up(a) => run_server(a, "up").await,
             Command::Apiserver(a) => run_server(a, "apiserver").await,
-            Command::Dns(a) => ferry_dns::run(a, shutdown_signal()).await,
+            Command::Dns(a) => Ok(ferry_dns::run(a, shutdown_signal()).await?),
             Command::Controllers(a) => Ok(ferry_controllers::run(a, shutdown_signal()).await?),
             Command::Agent(a) => Ok(ferry_node::run(a, shutdown_signal()).await?),
             Command::Proxy(a) => Ok(ferry_proxy::run(a, shutdown_signal()).await?),

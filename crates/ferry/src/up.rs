@@ -852,7 +852,10 @@ async fn start_netns(
                                 let stop = stop.clone();
                                 dns_tasks.push(tokio::spawn(server.run(stop.cancelled_owned())));
                             }
-                            Err(e) => tracing::error!("cluster DNS in {name} on {listen}: {e:#}"),
+                            Err(e) => {
+                                let e = anyhow::Error::from(e);
+                                tracing::error!("cluster DNS in {name} on {listen}: {e:#}");
+                            }
                         }
                     }
                 }
