@@ -11,6 +11,7 @@ pub mod cache;
 pub mod compact;
 pub mod crd;
 pub mod discovery;
+pub mod error;
 pub mod eviction;
 pub mod limits;
 pub mod managed;
@@ -35,12 +36,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use anyhow::{Context, Result};
+use error::Context;
 use ferry_store::Store;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use error::{Error, Result};
 pub use server::Server;
 
 /// The embedded store's page cache (redb's default is 1 GiB). Reads are served from the watch
@@ -268,7 +270,7 @@ fn kubelet_tls(config: &Config, pki: &pki::Pki) -> Result<Arc<rustls::ClientConf
         }
     };
     if config.kubelet_client_certificate.is_some() != config.kubelet_client_key.is_some() {
-        anyhow::bail!("--kubelet-client-certificate and --kubelet-client-key go together");
+        return Err(Error::KubeletClientPair);
     }
     pki::kubelet_client_config(
         &read(
@@ -307,7 +309,12 @@ async fn bootstrap(api: &api::Api) -> Result<()> {
         match api.create(&ns, &p, &request::Query::default(), body).await {
             Ok(_) => {}
             Err(e) if e.code == 409 => {}
-            Err(e) => anyhow::bail!("creating namespace {name}: {}", e.message),
+            Err(e) => {
+                return Err(Error::Bootstrap {
+                    what: format!("namespace {name}"),
+                    message: e.message,
+                });
+            }
         }
     }
     Ok(())
@@ -346,7 +353,12 @@ async fn bootstrap_identity(api: &api::Api, ca_pem: &str) -> Result<()> {
             match api.create(&res, &p, &request::Query::default(), body).await {
                 Ok(_) => {}
                 Err(e) if e.code == 409 => {}
-                Err(e) => anyhow::bail!("creating the {plural} of namespace {ns}: {}", e.message),
+                Err(e) => {
+                    return Err(Error::Bootstrap {
+                        what: format!("the {plural} of namespace {ns}"),
+                        message: e.message,
+                    });
+                }
             }
         }
     }

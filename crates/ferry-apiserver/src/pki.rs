@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Error, Result};
 use base64::Engine;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -338,7 +338,7 @@ pub fn kubelet_client_config(
             .context("the kubelet certificate authority")?;
     }
     if roots.is_empty() {
-        anyhow::bail!("the kubelet certificate authority holds no certificate");
+        return Err(Error::EmptyKubeletCa);
     }
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(client_cert_pem.as_bytes())

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use ferry_auth::Attributes;
 use ferry_auth::rbac::Decision;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use anyhow::Result;
+use crate::error::Result;
 use ferry_auth::UserInfo;
 use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;

@@ -22,7 +22,7 @@ pub mod reviews;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Error, Result};
 use ferry_auth::jwt::{self, Signer, Verifier};
 use ferry_auth::rbac::{Decision, Policy};
 use ferry_auth::{Attributes, UserInfo};
@@ -96,7 +96,7 @@ impl Auth {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("sa.key");
         if !path.exists() {
-            let pem = Signer::generate_pem().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let pem = Signer::generate_pem()?;
             write_private(&path, &pem)?;
         }
         #[cfg(unix)]
@@ -110,8 +110,7 @@ impl Auth {
         }
         let pem = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
-        let signer =
-            Signer::from_pem(&pem).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let signer = Signer::from_pem(&pem).with_context(|| path.display().to_string())?;
         let audit = audit_log.map(audit::AuditLog::open).transpose()?;
         Ok(Auth {
             verifier: signer.verifier(),
@@ -457,7 +456,12 @@ pub async fn bootstrap_policy(api: &Api) -> Result<()> {
         {
             Ok(_) => {}
             Err(e) if e.code == 409 => {}
-            Err(e) => anyhow::bail!("creating {plural} {name}: {}", e.message),
+            Err(e) => {
+                return Err(Error::Bootstrap {
+                    what: format!("{plural} {name}"),
+                    message: e.message,
+                });
+            }
         }
     }
     Ok(())
