@@ -449,9 +449,27 @@ impl Gc {
             // Each member's deletion requeues the namespace.
             return Ok(Action::Done);
         }
+        // What the collectors do not watch (Events) goes by collection.
+        for ar in self.caches.unwatched.iter() {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &name, ar);
+            ignore_gone(
+                api.delete_collection(&delete_params(Policy::Background), &ListParams::default())
+                    .await,
+            )?;
+        }
         // Confirm emptiness against the API server, not the informers.
-        for w in self.caches.resources.iter().filter(|w| w.namespaced) {
-            let api = w.api(&self.client, Some(&name));
+        let unwatched = self
+            .caches
+            .unwatched
+            .iter()
+            .map(|ar| Api::<DynamicObject>::namespaced_with(self.client.clone(), &name, ar));
+        let watched = self
+            .caches
+            .resources
+            .iter()
+            .filter(|w| w.namespaced)
+            .map(|w| w.api(&self.client, Some(&name)));
+        for api in watched.chain(unwatched) {
             let l = api.list_metadata(&ListParams::default().limit(1)).await?;
             if !l.items.is_empty() {
                 return Err(GcError::ContentRemaining(name));

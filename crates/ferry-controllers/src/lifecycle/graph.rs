@@ -252,6 +252,9 @@ pub struct Caches {
     pub gc_queue: Arc<WorkQueue<String>>,
     /// Namespace names for the namespace controller.
     pub ns_queue: Arc<WorkQueue<String>>,
+    /// Namespaced resources the collectors do not watch (Events, see [`collector_ignores`]):
+    /// the namespace controller deletes them by collection.
+    pub unwatched: Arc<Vec<ApiResource>>,
 }
 
 impl Caches {
@@ -322,9 +325,16 @@ pub async fn start(
     let gc_queue: Arc<WorkQueue<String>> = Arc::default();
     let ns_queue: Arc<WorkQueue<String>> = Arc::default();
     let mut resources = Vec::new();
+    let mut unwatched = Vec::new();
     for group in discovery.groups() {
         for (ar, caps) in group.recommended_resources() {
             if !wanted(&ar, &caps) {
+                continue;
+            }
+            if collector_ignores(&ar) {
+                if caps.scope == Scope::Namespaced {
+                    unwatched.push(ar);
+                }
                 continue;
             }
             let res = resources.len();
@@ -386,11 +396,19 @@ pub async fn start(
         graph,
         gc_queue,
         ns_queue,
+        unwatched: Arc::new(unwatched),
     })
 }
 
+/// Resources upstream's collector ignores (`ignoredResources`): Events, by far the most numerous
+/// and short-lived objects (a scheduler pass over 150k unschedulable pods writes one each),
+/// never owners and never dependents worth an informer. The namespace controller still deletes
+/// them, by collection, as upstream's namespace deleter does.
+pub fn collector_ignores(ar: &ApiResource) -> bool {
+    ar.kind == "Event" && (ar.group.is_empty() || ar.group == "events.k8s.io")
+}
+
 fn wanted(ar: &ApiResource, caps: &ApiCapabilities) -> bool {
-    // Upstream's collector ignores events; the namespace controller still deletes them.
     caps.supports_operation(verbs::LIST)
         && caps.supports_operation(verbs::WATCH)
         && caps.supports_operation(verbs::DELETE)
@@ -425,6 +443,25 @@ mod tests {
 
     fn set(v: &[&str]) -> BTreeSet<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_collectors_ignore_events_only() {
+        use k8s_openapi::api::core::v1 as core;
+        assert!(collector_ignores(&ApiResource::erase::<core::Event>(&())));
+        assert!(collector_ignores(&ApiResource::erase::<
+            k8s_openapi::api::events::v1::Event,
+        >(&())));
+        assert!(!collector_ignores(&ApiResource::erase::<core::Pod>(&())));
+        assert!(!collector_ignores(&ApiResource::erase::<core::ConfigMap>(
+            &()
+        )));
+        let mut custom = ApiResource::erase::<core::Event>(&());
+        custom.group = "example.com".into();
+        assert!(
+            !collector_ignores(&custom),
+            "a custom kind named Event is collected"
+        );
     }
 
     #[test]
