@@ -4,10 +4,11 @@
 //!
 //! Memory bounds (documented in ARCHITECTURE.md as this crate's invariants):
 //! - per object: its served JSON bytes, exactly sized, + [`CachedObject`]'s compact metadata
-//!   (name, namespace and labels, strings shared through [`compact::interner`]) + its index
-//!   entry: about the JSON size + ~210 bytes + 32 bytes per label (heaptrack, 161,200 objects:
-//!   ~110 B struct, `Arc` and name, ~95 B index node and key; see SCALE.md). No parsed
-//!   `serde_json::Value` is kept; code that needs one decodes the bytes
+//!   (name, namespace and labels, strings shared through [`compact::interner`]; the values of
+//!   the kind's selectable fields, [`kept`], packed in one string: ~70 B for a Pod) + its index
+//!   entry: about the JSON size + ~210 bytes + 32 bytes per label + the kept values
+//!   (heaptrack, 161,200 objects: ~110 B struct, `Arc` and name, ~95 B index node and key; see
+//!   SCALE.md). No parsed `serde_json::Value` is kept; code that needs one decodes the bytes
 //!   ([`CachedObject::value`]). `/metrics` reports the objects and their JSON bytes per resource
 //!   ([`ResourceCache::stats`]).
 //! - watch history per resource: at most [`HISTORY_EVENTS`] events and [`HISTORY_BYTES`] bytes
@@ -26,7 +27,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
-use crate::compact;
+use crate::{compact, kept};
 
 /// Watch history per resource: at most this many events…
 pub const HISTORY_EVENTS: usize = 10_000;
@@ -41,13 +42,16 @@ pub const LIVE_BUFFER: usize = 4096;
 const HISTORY_ENTRY_OVERHEAD: usize = 256;
 
 /// One object as cached, compactly: the served JSON (with `metadata.resourceVersion` set), the
-/// revision, and only the metadata lists, selectors and watches read without decoding: name,
-/// namespace and labels (strings shared through [`compact::interner`]). Code that needs the
-/// whole object decodes it on demand ([`CachedObject::value`]); serving never re-encodes.
+/// revision, and only what lists, selectors and watches read without decoding: name,
+/// namespace and labels (strings shared through [`compact::interner`]), and the values of the
+/// kind's selectable fields ([`kept`]: a Pod's `spec.nodeName`, `status.phase`...). Code that
+/// needs the whole object decodes it on demand ([`CachedObject::value`]); serving never
+/// re-encodes.
 ///
 /// Memory per object: the JSON bytes (exact size) + ~110 bytes of struct, `Arc` and name, + 32
-/// bytes per label (the strings themselves shared) + the index entry (~95 bytes: its share of a
-/// B-tree node and the key string).
+/// bytes per label (the strings themselves shared) + the kept values (one exactly sized string,
+/// ~70 bytes for a Pod) + the index entry (~95 bytes: its share of a B-tree node and the key
+/// string).
 #[derive(Debug)]
 pub struct CachedObject {
     pub bytes: Bytes,
@@ -55,12 +59,30 @@ pub struct CachedObject {
     name: Box<str>,
     namespace: Arc<str>,
     labels: Box<[(Arc<str>, Arc<str>)]>,
+    /// The values of the kind's selectable fields ([`kept`]), packed; `None` for kinds without
+    /// a field set and for objects whose values could not be kept (the filter decodes those).
+    fields: Option<Box<str>>,
 }
 
 impl CachedObject {
     /// The cached form of a stored object at `revision`; `None` when it is not a JSON object.
     pub fn from_store(raw: &[u8], revision: Revision) -> Option<Arc<CachedObject>> {
+        Self::from_store_with(raw, revision, None)
+    }
+
+    /// [`CachedObject::from_store`] for the object stored at `key`: it also keeps the values
+    /// of its kind's selectable fields ([`kept::for_key`]).
+    pub fn from_stored_key(key: &str, raw: &[u8], revision: Revision) -> Option<Arc<CachedObject>> {
+        Self::from_store_with(raw, revision, kept::for_key(key))
+    }
+
+    fn from_store_with(
+        raw: &[u8],
+        revision: Revision,
+        set: Option<&kept::FieldSet>,
+    ) -> Option<Arc<CachedObject>> {
         let s = compact::stamp(raw, revision)?;
+        let fields = set.and_then(|set| set.extract(raw));
         let intern = compact::interner();
         Some(Arc::new(CachedObject {
             bytes: Bytes::from(s.bytes.into_boxed_slice()),
@@ -72,6 +94,7 @@ impl CachedObject {
                 .iter()
                 .map(|(k, v)| (intern.intern(k), intern.intern(v)))
                 .collect(),
+            fields,
         }))
     }
 
@@ -94,7 +117,14 @@ impl CachedObject {
                 .iter()
                 .map(|(k, v)| (intern.intern(k), intern.intern(v)))
                 .collect(),
+            fields: None,
         }))
+    }
+
+    /// The kept value of the selectable field at `index` of the kind's [`kept::FieldSet`];
+    /// `None` when nothing is kept.
+    pub fn kept_field(&self, index: usize) -> Option<&str> {
+        self.fields.as_deref().and_then(|f| kept::value(f, index))
     }
 
     /// The whole object, decoded from the bytes.
@@ -129,7 +159,7 @@ impl CachedObject {
 
     /// The bytes this object holds on the heap (for the history bound).
     fn weight(&self) -> usize {
-        self.bytes.len() + self.name.len()
+        self.bytes.len() + self.name.len() + self.fields.as_ref().map_or(0, |f| f.len())
     }
 }
 
@@ -561,7 +591,7 @@ async fn load_chunked(
             .await?;
         start_after = res.kvs.last().map(|kv| kv.key.clone());
         for kv in res.kvs {
-            if let Some(obj) = CachedObject::from_store(&kv.value, kv.mod_revision) {
+            if let Some(obj) = CachedObject::from_stored_key(&kv.key, &kv.value, kv.mod_revision) {
                 out.push((kv.key, obj));
             }
         }
@@ -625,25 +655,29 @@ impl Cache {
             let prev = rc.get(&key);
             let ce = match ev {
                 Event::Put { kv, .. } => {
-                    CachedObject::from_store(&kv.value, kv.mod_revision).map(|object| CacheEvent {
-                        kind: if prev.is_some() {
-                            EventType::Modified
-                        } else {
-                            EventType::Added
-                        },
-                        revision: rev,
-                        object,
-                        prev,
+                    CachedObject::from_stored_key(&key, &kv.value, kv.mod_revision).map(|object| {
+                        CacheEvent {
+                            kind: if prev.is_some() {
+                                EventType::Modified
+                            } else {
+                                EventType::Added
+                            },
+                            revision: rev,
+                            object,
+                            prev,
+                        }
                     })
                 }
                 Event::Delete {
                     prev: last,
                     revision,
-                } => CachedObject::from_store(&last.value, revision).map(|object| CacheEvent {
-                    kind: EventType::Deleted,
-                    revision,
-                    object,
-                    prev,
+                } => CachedObject::from_stored_key(&key, &last.value, revision).map(|object| {
+                    CacheEvent {
+                        kind: EventType::Deleted,
+                        revision,
+                        object,
+                        prev,
+                    }
                 }),
             };
             if let Some(ce) = ce {
@@ -675,7 +709,7 @@ impl Cache {
             let mut events: Vec<(String, CacheEvent)> = Vec::new();
             for (key, prev) in &old {
                 if !fresh.contains_key(key)
-                    && let Some(object) = CachedObject::from_store(&prev.bytes, revision)
+                    && let Some(object) = CachedObject::from_stored_key(key, &prev.bytes, revision)
                 {
                     events.push((
                         key.clone(),

@@ -102,7 +102,7 @@ pub fn member_span(raw: &[u8], key: &str) -> Option<(usize, usize)> {
         .map(|&(_, s, e)| (s, e))
 }
 
-fn ws(b: &[u8], mut i: usize) -> usize {
+pub(crate) fn ws(b: &[u8], mut i: usize) -> usize {
     while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | b'\r') {
         i += 1;
     }
@@ -123,7 +123,7 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The end (exclusive) of the JSON value starting at `b[i]`.
-fn value_end(b: &[u8], i: usize) -> Option<usize> {
+pub(crate) fn value_end(b: &[u8], i: usize) -> Option<usize> {
     match *b.get(i)? {
         b'"' => string_end(b, i),
         b'{' | b'[' => {
@@ -160,7 +160,7 @@ fn value_end(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// A JSON string literal's text.
-fn string(v: &[u8]) -> Option<Cow<'_, str>> {
+pub(crate) fn string(v: &[u8]) -> Option<Cow<'_, str>> {
     if v.len() < 2 || v[0] != b'"' {
         return None;
     }
@@ -173,11 +173,11 @@ fn string(v: &[u8]) -> Option<Cow<'_, str>> {
     }
 }
 
-type Members<'a> = Vec<(Cow<'a, str>, usize, usize)>;
+pub(crate) type Members<'a> = Vec<(Cow<'a, str>, usize, usize)>;
 
 /// The members (key, value start, value end) of the object starting at `b[i] == '{'`, and the
 /// object's end (exclusive).
-fn members(b: &[u8], i: usize) -> Option<(Members<'_>, usize)> {
+pub(crate) fn members(b: &[u8], i: usize) -> Option<(Members<'_>, usize)> {
     if b.get(i) != Some(&b'{') {
         return None;
     }

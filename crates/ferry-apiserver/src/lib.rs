@@ -9,6 +9,7 @@ pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod compact;
+pub mod kept;
 pub mod crd;
 pub mod discovery;
 pub mod error;
