@@ -56,12 +56,15 @@ const HISTORY_ENTRY_OVERHEAD: usize = 256;
 pub struct CachedObject {
     pub bytes: Bytes,
     pub revision: Revision,
+    /// The name; when the kind's selectable fields are kept and some are the object's own (a
+    /// Pod's IP), followed by NUL and those values ([`kept::Kept::own`]): one allocation.
     name: Box<str>,
     namespace: Arc<str>,
     labels: Box<[(Arc<str>, Arc<str>)]>,
-    /// The values of the kind's selectable fields ([`kept`]), packed; `None` for kinds without
-    /// a field set and for objects whose values could not be kept (the filter decodes those).
-    fields: Option<Box<str>>,
+    /// The values of the kind's selectable fields that objects share ([`kept::Kept::shared`]),
+    /// interned; `None` for kinds without a field set and for objects whose values could not be
+    /// kept (the filter decodes those).
+    fields: Option<Arc<str>>,
 }
 
 impl CachedObject {
@@ -82,12 +85,23 @@ impl CachedObject {
         set: Option<&kept::FieldSet>,
     ) -> Option<Arc<CachedObject>> {
         let s = compact::stamp(raw, revision)?;
-        let fields = set.and_then(|set| set.extract(raw));
         let intern = compact::interner();
+        let kept = set
+            .filter(|_| !s.name.contains('\0'))
+            .and_then(|set| set.extract(raw));
+        let (name, fields) = match kept {
+            // (All own values empty: nothing to append; they read as "".)
+            Some(k) if !k.own.is_empty() => (
+                format!("{}\0{}", s.name, k.own),
+                Some(intern.intern(&k.shared)),
+            ),
+            Some(k) => (s.name, Some(intern.intern(&k.shared))),
+            None => (s.name, None),
+        };
         Some(Arc::new(CachedObject {
             bytes: Bytes::from(s.bytes.into_boxed_slice()),
             revision,
-            name: s.name.into_boxed_str(),
+            name: name.into_boxed_str(),
             namespace: intern.intern(&s.namespace),
             labels: s
                 .labels
@@ -121,10 +135,12 @@ impl CachedObject {
         }))
     }
 
-    /// The kept value of the selectable field at `index` of the kind's [`kept::FieldSet`];
-    /// `None` when nothing is kept.
-    pub fn kept_field(&self, index: usize) -> Option<&str> {
-        self.fields.as_deref().and_then(|f| kept::value(f, index))
+    /// The kept value of the selectable field at `index` of `set`, the object's kind's
+    /// [`kept::FieldSet`]; `None` when nothing is kept.
+    pub fn kept_field(&self, set: &kept::FieldSet, index: usize) -> Option<&str> {
+        let shared = self.fields.as_deref()?;
+        let own = self.name.split_once('\0').map_or("", |(_, o)| o);
+        set.value(shared, own, index)
     }
 
     /// The whole object, decoded from the bytes.
@@ -138,7 +154,10 @@ impl CachedObject {
     }
 
     pub fn name(&self) -> &str {
-        &self.name
+        match self.fields {
+            Some(_) => self.name.split_once('\0').map_or(&self.name, |(n, _)| n),
+            None => &self.name,
+        }
     }
 
     pub fn namespace(&self) -> &str {
@@ -159,7 +178,7 @@ impl CachedObject {
 
     /// The bytes this object holds on the heap (for the history bound).
     fn weight(&self) -> usize {
-        self.bytes.len() + self.name.len() + self.fields.as_ref().map_or(0, |f| f.len())
+        self.bytes.len() + self.name.len()
     }
 }
 

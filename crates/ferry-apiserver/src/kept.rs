@@ -6,8 +6,10 @@
 //! [`FieldSet`]: upstream's field set for it (registry `GetAttrs`/`ToSelectableFields`, as
 //! `ferry_selectors` answers them on typed objects). The values are read once, when the object
 //! enters the watch cache, from its stored JSON with the same structural scan as
-//! [`compact::stamp`](crate::compact::stamp), and kept packed in one string (values joined by
-//! NUL): a Pod's eight values are ~70 bytes, less than eight shared-string pointers would take.
+//! [`compact::stamp`](crate::compact::stamp), and kept in two packed strings (values joined by
+//! NUL): the values objects share (a Pod's node, phase, restart policy, scheduler, service
+//! account...), interned, so that 150,000 Pods on 5,000 nodes hold a few thousand copies; and
+//! the values of each object's own (a Pod's IP), appended to the object's name.
 //!
 //! The values equal what the typed path (`Strategy::field` on the decoded object) answers for
 //! every object that decodes as its kind, which every stored object does (writes are decoded
@@ -27,6 +29,9 @@ pub struct FieldSet {
     pub prefix: &'static str,
     /// The fields, in the order their values are kept.
     pub fields: &'static [&'static str],
+    /// The fields whose values are the object's own (an IP, a uid): kept apart from the
+    /// shared ones, which are interned.
+    own: &'static [&'static str],
     /// Other names of a field (`spec.host` is the old name of `spec.nodeName`).
     aliases: &'static [(&'static str, &'static str)],
     extract: fn(&Obj<'_>) -> Option<Vec<Cow<'static, str>>>,
@@ -43,22 +48,48 @@ impl FieldSet {
         self.fields.iter().position(|f| *f == field)
     }
 
-    /// The packed values of the stored JSON object `raw`; `None` when they cannot be kept
+    /// The values of the stored JSON object `raw`, packed; `None` when they cannot be kept
     /// (see the module docs).
-    pub fn extract(&self, raw: &[u8]) -> Option<Box<str>> {
+    pub fn extract(&self, raw: &[u8]) -> Option<Kept> {
         let top = Obj::parse(raw, ws(raw, 0))?;
         let values = (self.extract)(&top)?;
-        debug_assert_eq!(values.len(), self.fields.len());
-        if values.iter().any(|v| v.contains('\0')) {
+        if values.len() != self.fields.len() || values.iter().any(|v| v.contains('\0')) {
             return None;
         }
-        Some(values.join("\0").into_boxed_str())
+        let (mut shared, mut own) = (Vec::new(), Vec::new());
+        for (f, v) in self.fields.iter().zip(values) {
+            if self.own.contains(f) {
+                own.push(v);
+            } else {
+                shared.push(v);
+            }
+        }
+        Some(Kept {
+            shared: shared.join("\0"),
+            own: own.join("\0"),
+        })
+    }
+
+    /// The value of the field at `index` from packed values.
+    pub fn value<'a>(&self, shared: &'a str, own: &'a str, index: usize) -> Option<&'a str> {
+        let field = self.fields.get(index)?;
+        let is_own = |f: &str| self.own.contains(&f);
+        let before = || self.fields[..index].iter().copied();
+        let (packed, pos) = if is_own(field) {
+            (own, before().filter(|f| is_own(f)).count())
+        } else {
+            (shared, before().filter(|f| !is_own(f)).count())
+        };
+        packed.split('\0').nth(pos)
     }
 }
 
-/// The value at `index` of packed values.
-pub fn value(packed: &str, index: usize) -> Option<&str> {
-    packed.split('\0').nth(index)
+/// The values an object keeps: the shared ones and its own, each joined by NUL in the order of
+/// [`FieldSet::fields`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    pub shared: String,
+    pub own: String,
 }
 
 /// The field set of the kind stored under `key`'s prefix.
@@ -86,6 +117,7 @@ pub static SETS: &[FieldSet] = &[
             "status.podIP",
             "status.nominatedNodeName",
         ],
+        own: &["status.podIP"],
         aliases: &[("spec.host", "spec.nodeName")],
         extract: pod,
     },
@@ -94,6 +126,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "Node",
         prefix: "/registry/nodes/",
         fields: &["spec.unschedulable"],
+        own: &[],
         aliases: &[],
         extract: |o| Some(vec![boolean(o.child("spec")?.get("unschedulable"))?]),
     },
@@ -102,6 +135,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "Namespace",
         prefix: "/registry/namespaces/",
         fields: &["status.phase"],
+        own: &[],
         aliases: &[],
         extract: |o| Some(vec![text(o.child("status")?.get("phase"))?]),
     },
@@ -110,6 +144,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "Secret",
         prefix: "/registry/secrets/",
         fields: &["type"],
+        own: &[],
         aliases: &[],
         extract: |o| Some(vec![text(o.get("type"))?]),
     },
@@ -118,6 +153,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "Service",
         prefix: "/registry/services/",
         fields: &["spec.clusterIP", "spec.type"],
+        own: &["spec.clusterIP"],
         aliases: &[],
         extract: |o| {
             let spec = o.child("spec")?;
@@ -141,6 +177,11 @@ pub static SETS: &[FieldSet] = &[
             "source",
             "type",
         ],
+        own: &[
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.resourceVersion",
+        ],
         aliases: &[],
         extract: event,
     },
@@ -149,6 +190,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "ReplicaSet",
         prefix: "/registry/apps/replicasets/",
         fields: &["status.replicas"],
+        own: &[],
         aliases: &[],
         extract: |o| Some(vec![int(o.child("status")?.get("replicas"))?]),
     },
@@ -157,6 +199,7 @@ pub static SETS: &[FieldSet] = &[
         kind: "Job",
         prefix: "/registry/batch/jobs/",
         fields: &["status.successful"],
+        own: &[],
         aliases: &[],
         extract: |o| Some(vec![int(o.child("status")?.get("succeeded"))?]),
     },
@@ -313,7 +356,7 @@ mod tests {
         let raw = serde_json::to_vec(v).expect("json");
         let s = strategy(set.group, set.kind);
         match (set.extract(&raw), set.index(field)) {
-            (Some(packed), Some(i)) => value(&packed, i).map(str::to_string),
+            (Some(k), Some(i)) => set.value(&k.shared, &k.own, i).map(str::to_string),
             _ => s.field(v, field),
         }
     }
@@ -426,8 +469,16 @@ mod tests {
         }
         // A repeated key: the last one, as a decoder keeps.
         let raw = br#"{"metadata":{"name":"p"},"spec":{"nodeName":"a","nodeName":"b"}}"#;
-        let packed = pod.extract(raw).expect("kept");
-        assert_eq!(value(&packed, 0), Some("b"));
+        let k = pod.extract(raw).expect("kept");
+        assert_eq!(pod.value(&k.shared, &k.own, 0), Some("b"));
+        // Shared values apart from the object's own.
+        let raw = br#"{"spec":{"nodeName":"n","hostNetwork":true},"status":{"podIP":"10.0.0.9"}}"#;
+        let k = pod.extract(raw).expect("kept");
+        assert_eq!(k.shared, "n\0\0\0\0true\0\0");
+        assert_eq!(k.own, "10.0.0.9");
+        assert_eq!(pod.value(&k.shared, &k.own, 6), Some("10.0.0.9"));
+        assert_eq!(pod.value(&k.shared, &k.own, 7), Some(""));
+        assert_eq!(pod.value(&k.shared, &k.own, 8), None);
         // Another type than the kind's: nothing kept (the filter decodes).
         assert!(pod.extract(br#"{"spec":{"nodeName":1}}"#).is_none());
         assert!(pod.extract(br#"{"spec":[]}"#).is_none());

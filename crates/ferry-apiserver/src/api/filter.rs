@@ -82,10 +82,7 @@ impl Filter {
                     "metadata.namespace" if res.info().namespaced => {
                         Some(o.namespace().to_string())
                     }
-                    _ => match set
-                        .and_then(|s| s.index(field))
-                        .and_then(|i| o.kept_field(i))
-                    {
+                    _ => match set.and_then(|s| o.kept_field(s, s.index(field)?)) {
                         Some(v) => Some(v.to_string()),
                         None => field_value(res, decoded.get_or_init(|| o.value()), field),
                     },
@@ -193,7 +190,9 @@ mod tests {
             let key = res.key(Some(crate::objects::namespace(v)), crate::objects::name(v));
             let raw = serde_json::to_vec(v).expect("json");
             let o = CachedObject::from_stored_key(&key, &raw, 5).expect("object");
-            assert!(o.kept_field(0).is_some(), "{v}: values kept");
+            let set = crate::kept::for_kind("", "Pod").expect("set");
+            assert!(o.kept_field(set, 0).is_some(), "{v}: values kept");
+            assert_eq!(o.name(), crate::objects::name(v));
             for sel in selectors {
                 for labels in ["", "app=x"] {
                     let f = filter(sel, labels);
