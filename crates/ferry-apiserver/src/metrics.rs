@@ -332,7 +332,11 @@ pub fn render_cache(cache: &crate::cache::Cache) -> String {
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let mut out = String::new();
-    type Family = (&'static str, &'static str, fn(&crate::cache::CacheStats) -> usize);
+    type Family = (
+        &'static str,
+        &'static str,
+        fn(&crate::cache::CacheStats) -> usize,
+    );
     let families: [Family; 4] = [
         (
             "apiserver_storage_objects",
