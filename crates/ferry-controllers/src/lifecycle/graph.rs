@@ -323,7 +323,9 @@ pub async fn start(
     };
     let graph: Arc<Mutex<Graph>> = Arc::default();
     let gc_queue: Arc<WorkQueue<String>> = Arc::default();
-    let ns_queue: Arc<WorkQueue<String>> = Arc::default();
+    let ns_queue: Arc<WorkQueue<String>> = Arc::new(WorkQueue::with_limiter(
+        runtime::limiter::RateLimiter::namespace(),
+    ));
     let mut resources = Vec::new();
     let mut unwatched = Vec::new();
     for group in discovery.groups() {

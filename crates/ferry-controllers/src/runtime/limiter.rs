@@ -112,7 +112,20 @@ impl<K: Hash + Eq + Clone> Default for RateLimiter<K> {
     }
 }
 
+/// Longest retry delay of a namespace whose content is not gone yet (upstream's
+/// `nsControllerRateLimiter`: a namespace being deleted is retried at least once a minute).
+pub const NAMESPACE_MAX_DELAY: Duration = Duration::from_secs(60);
+
 impl<K: Hash + Eq + Clone> RateLimiter<K> {
+    /// The namespace controller's limiter: the default one with the per-key backoff capped at
+    /// [`NAMESPACE_MAX_DELAY`] instead of 1000 s.
+    pub fn namespace() -> Self {
+        RateLimiter {
+            item: ItemBackoff::new(BASE_DELAY, NAMESPACE_MAX_DELAY),
+            bucket: TokenBucket::new(BUCKET_QPS, BUCKET_BURST),
+        }
+    }
+
     pub fn when(&mut self, key: &K, now: Instant) -> Duration {
         let a = self.item.when(key);
         let b = self.bucket.reserve(now);
@@ -130,6 +143,22 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn namespace_backoff_is_capped_at_a_minute() {
+        let mut l = RateLimiter::<&str>::namespace();
+        let t0 = Instant::now();
+        let mut last = Duration::ZERO;
+        for i in 0..40 {
+            // Far apart, so the bucket never adds to the delay.
+            last = l.when(&"ns", t0 + Duration::from_secs(100 * i));
+        }
+        assert_eq!(last, NAMESPACE_MAX_DELAY);
+        let mut d = RateLimiter::<&str>::default();
+        for i in 0..40 {
+            last = d.when(&"ns", t0 + Duration::from_secs(100 * i));
+        }
+        assert_eq!(last, MAX_DELAY);
+    }
     #[test]
     fn item_backoff_doubles_from_5ms_to_the_cap() {
         let mut b = ItemBackoff::new(BASE_DELAY, MAX_DELAY);
