@@ -649,28 +649,10 @@ pub fn cluster_role_bindings() -> Vec<ClusterRoleBinding> {
     ]
 }
 
+/// Upstream's aggregation controller matches with `LabelSelectorAsSelector`; a selector that
+/// does not parse selects nothing.
 fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let ml = sel
-        .match_labels
-        .as_ref()
-        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
-    let me = sel
-        .match_expressions
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .all(|e| {
-            let vals = e.values.as_deref().unwrap_or_default();
-            let got = labels.get(&e.key);
-            match e.operator.as_str() {
-                "In" => got.is_some_and(|g| vals.contains(g)),
-                "NotIn" => got.is_none_or(|g| !vals.contains(g)),
-                "Exists" => got.is_some(),
-                "DoesNotExist" => got.is_none(),
-                _ => false,
-            }
-        });
-    ml && me
+    ferry_selectors::labels::from_label_selector(sel).is_ok_and(|s| s.matches(labels))
 }
 
 /// The rules an aggregated ClusterRole should hold: the union (in order, without duplicates)

@@ -526,31 +526,14 @@ pub(crate) fn selector_is_empty(sel: &LabelSelector) -> bool {
 }
 
 /// Whether a label set matches a selector (upstream's `LabelSelectorAsSelector(...).Matches`).
+/// A selector that does not parse (reported by the selector's own validation) matches nothing.
 pub(crate) fn selector_matches(
     sel: &LabelSelector,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    let get = |k: &str| labels.and_then(|l| l.get(k));
-    for (k, v) in sel.match_labels.iter().flatten() {
-        if get(k) != Some(v) {
-            return false;
-        }
-    }
-    for r in slice(&sel.match_expressions) {
-        let values = slice(&r.values);
-        let have = get(&r.key);
-        let ok = match r.operator.as_str() {
-            "In" => have.is_some_and(|h| values.contains(h)),
-            "NotIn" => have.is_none_or(|h| !values.contains(h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
+    let empty = BTreeMap::new();
+    ferry_selectors::labels::from_label_selector(sel)
+        .is_ok_and(|s| s.matches(labels.unwrap_or(&empty)))
 }
 
 /// ValidatePortNumOrName (targetPort, probe ports).
