@@ -741,3 +741,44 @@ async fn topology_hints_and_safeguards() {
     }
     no_hints("no hints: too few endpoints").await;
 }
+
+/// Pods and a Service that exist before the controller starts: the pods of the initial list
+/// are not mapped to Services one by one (the sync of every Service after "synced" covers
+/// them), so the Service's slice must still list them; a pod created after sync is mapped.
+#[tokio::test]
+async fn objects_listed_at_start_and_pods_after_sync() {
+    let cl = start("10.96.0.0/16", None).await;
+    let svcs: Api<Service> = Api::namespaced(cl.client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(cl.client.clone(), "default");
+    let slices: Api<EndpointSlice> = Api::namespaced(cl.client.clone(), "default");
+    create_svc(
+        &svcs,
+        json!({"metadata": {"name": "early"},
+               "spec": {"selector": {"app": "early"}, "ports": [{"port": 80, "targetPort": 8080}]}}),
+    )
+    .await
+    .unwrap();
+    make_pod(&pods, "e1", "10.1.0.1", json!({"app": "early"}), true, "").await;
+    make_pod(
+        &pods,
+        "other",
+        "10.1.0.9",
+        json!({"app": "other"}),
+        true,
+        "",
+    )
+    .await;
+    let (c, s) = (cl.client.clone(), cl.stop.clone());
+    tokio::spawn(async move { services::run(c, args(), s).await });
+    eventually("the listed pod in the slice", 30, async || {
+        let ips = slice_ips(&slices_of(&slices, "early").await);
+        (ips == ["10.1.0.1"]).then_some(())
+    })
+    .await;
+    make_pod(&pods, "e2", "10.1.0.2", json!({"app": "early"}), true, "").await;
+    eventually("a pod created after sync in the slice", 30, async || {
+        let ips = slice_ips(&slices_of(&slices, "early").await);
+        (ips == ["10.1.0.1", "10.1.0.2"]).then_some(())
+    })
+    .await;
+}

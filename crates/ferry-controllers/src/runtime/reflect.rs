@@ -230,7 +230,13 @@ where
                         .map(|o| (ObjectRef::from_obj_with(&*o, dyntype.clone()), o))
                         .collect();
                     for new in reader.state() {
-                        let prev = old.remove(&ObjectRef::from_obj_with(&*new, dyntype.clone()));
+                        // The first list (nothing cached before): every object is a creation,
+                        // no lookup needed.
+                        let prev = if old.is_empty() {
+                            None
+                        } else {
+                            old.remove(&ObjectRef::from_obj_with(&*new, dyntype.clone()))
+                        };
                         let same = prev.as_deref().is_some_and(|p| {
                             resource_version(p).is_some()
                                 && resource_version(p) == resource_version(&*new)

@@ -22,6 +22,7 @@ pub mod slices;
 
 use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,6 +93,11 @@ pub struct Controller {
     hint_state: Mutex<HashMap<Key, Option<String>>>,
     /// Services whose LB state was last reported (to avoid repeating Events).
     lb_reported: Mutex<HashMap<Key, String>>,
+    /// Whether pod changes are mapped to the Services selecting them. Not until every cache
+    /// has been listed: the first sync visits every Service anyway ([`Self::start_pod_mapping`]),
+    /// and the initial list of 150,000 pods would otherwise match each against every Service
+    /// of its namespace on the way to "synced".
+    map_pods: AtomicBool,
 }
 
 fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
@@ -130,6 +136,7 @@ impl Controller {
             expectations: Mutex::default(),
             hint_state: Mutex::default(),
             lb_reported: Mutex::default(),
+            map_pods: AtomicBool::new(false),
         }))
     }
 
@@ -145,6 +152,14 @@ impl Controller {
             .collect()
     }
 
+    /// Maps pod changes to Services from now on, and queues every Service: a pod change seen
+    /// before (not mapped) is covered by the sync of every Service that follows, as upstream's
+    /// first sync after `WaitForCacheSync` visits every Service its informer added.
+    fn start_pod_mapping(&self) {
+        self.map_pods.store(true, Ordering::Release);
+        self.enqueue_all_services();
+    }
+
     fn enqueue_all_services(&self) {
         for s in self.services.all() {
             self.queue
@@ -153,6 +168,9 @@ impl Controller {
     }
 
     fn on_pod(&self, old: Option<&SlimPod>, new: Option<&SlimPod>) {
+        if !self.map_pods.load(Ordering::Acquire) {
+            return;
+        }
         let mut keys = HashSet::new();
         for p in [old, new].into_iter().flatten() {
             let ns = p.namespace().unwrap_or_default();
@@ -708,6 +726,7 @@ pub async fn run_controller_with(
     if !synced.await {
         return Ok(());
     }
+    c.start_pod_mapping();
     tracing::info!("service controllers synced");
     for _ in 0..c.args.concurrent_service_syncs.max(1) {
         let cc = c.clone();
