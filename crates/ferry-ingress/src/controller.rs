@@ -9,13 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    Event, EventSource, ObjectReference, Secret, Service, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{Secret, Service, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{ObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -415,43 +412,13 @@ fn patch_status(client: &Client, k: &Key, body: serde_json::Value) {
 /// Writes a core/v1 Event about `ing` in the background (as upstream's recorders: an Event that
 /// cannot be written is dropped).
 fn record(client: &Client, ing: &Ingress, type_: &str, reason: &str, message: String) {
-    let ns = ing.namespace().unwrap_or_else(|| "default".into());
-    let about = ObjectReference {
-        api_version: Some("networking.k8s.io/v1".into()),
-        kind: Some("Ingress".into()),
-        name: Some(ing.name_any()),
-        namespace: Some(ns.clone()),
-        uid: ing.uid(),
-        resource_version: ing.resource_version(),
-        ..Default::default()
-    };
-    let now = Time(jiff::Timestamp::now());
-    let ev = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", ing.name_any())),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: about,
-        reason: Some(reason.to_string()),
-        message: Some(message),
-        type_: Some(type_.to_string()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: None,
-        }),
-        first_timestamp: Some(now.clone()),
-        last_timestamp: Some(now),
-        count: Some(1),
-        reporting_component: Some(COMPONENT.into()),
-        ..Default::default()
-    };
-    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-    tokio::spawn(async move {
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
-            tracing::debug!("event: {e}");
-        }
-    });
+    use ferry_kubeclient::events::{Recorder, Source, reference};
+    Recorder::new(client.clone(), Source::new(COMPONENT)).record(
+        reference(ing),
+        type_,
+        reason,
+        message,
+    );
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! `--kubeconfig` flag names one, else kube's inference (`$KUBECONFIG`, `~/.kube/config`, then
 //! the in-cluster service account), as client-go's `BuildConfigFromFlags` does.
 
+pub mod events;
 pub mod watch;
 
 use std::path::{Path, PathBuf};

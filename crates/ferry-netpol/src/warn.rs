@@ -4,11 +4,11 @@
 
 use std::collections::HashSet;
 
+use ferry_kubeclient::events;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WEvent};
 use kube::{Api, Client, ResourceExt};
@@ -28,35 +28,14 @@ pub fn message(mode: &str) -> String {
 
 /// The Event for `np` (pure).
 pub fn event_for(np: &NetworkPolicy, mode: &str, now: jiff::Timestamp) -> Event {
-    let ns = np.namespace().unwrap_or_else(|| "default".into());
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", np.name_any())),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("networking.k8s.io/v1".into()),
-            kind: Some("NetworkPolicy".into()),
-            name: Some(np.name_any()),
-            namespace: Some(ns),
-            uid: np.uid(),
-            resource_version: np.resource_version(),
-            ..Default::default()
-        },
-        reason: Some(REASON.into()),
-        message: Some(message(mode)),
-        type_: Some("Warning".into()),
-        source: Some(EventSource {
-            component: Some(COMPONENT.into()),
-            host: None,
-        }),
-        first_timestamp: Some(Time(now)),
-        last_timestamp: Some(Time(now)),
-        count: Some(1),
-        reporting_component: Some(COMPONENT.into()),
-        ..Default::default()
-    }
+    events::event(
+        &events::Source::new(COMPONENT),
+        events::reference(np),
+        events::WARNING,
+        REASON,
+        message(mode),
+        now,
+    )
 }
 
 /// Whether a Warning already exists for this policy object (a restart does not repeat it).

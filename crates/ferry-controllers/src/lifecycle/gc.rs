@@ -8,8 +8,9 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use k8s_openapi::api::core::v1::{Event, EventSource, Namespace, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference, Time};
+use ferry_kubeclient::events;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, PropagationPolicy,
@@ -329,12 +330,6 @@ impl Gc {
             return;
         }
         let w = self.watched(dep);
-        let ns = dep
-            .obj
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_string());
         let message = format!(
             "ownerRef [{}/{}, namespace: {}, name: {}, uid: {}] does not exist in namespace {:?}",
             r.api_version,
@@ -344,38 +339,23 @@ impl Gc {
             r.uid,
             dep.obj.metadata.namespace.as_deref().unwrap_or("")
         );
-        let now = jiff::Timestamp::now();
-        let ev = Event {
-            metadata: kube::api::ObjectMeta {
-                generate_name: Some(format!("{}.", dep.obj.name_any())),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(w.ar.api_version.clone()),
-                kind: Some(w.ar.kind.clone()),
-                name: Some(dep.obj.name_any()),
-                namespace: dep.obj.metadata.namespace.clone(),
-                uid: dep.obj.metadata.uid.clone(),
-                resource_version: dep.obj.metadata.resource_version.clone(),
-                ..Default::default()
-            },
-            reason: Some("OwnerRefInvalidNamespace".into()),
-            message: Some(message),
-            type_: Some("Warning".into()),
-            source: Some(EventSource {
-                component: Some("garbage-collector-controller".into()),
-                host: None,
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            event_time: None::<MicroTime>,
-            count: Some(1),
-            reporting_component: Some("garbage-collector-controller".into()),
+        let about = ObjectReference {
+            api_version: Some(w.ar.api_version.clone()),
+            kind: Some(w.ar.kind.clone()),
+            name: Some(dep.obj.name_any()),
+            namespace: dep.obj.metadata.namespace.clone(),
+            uid: dep.obj.metadata.uid.clone(),
+            resource_version: dep.obj.metadata.resource_version.clone(),
             ..Default::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        match api.create(&PostParams::default(), &ev).await {
+        let recorder = events::Recorder::new(
+            self.client.clone(),
+            events::Source::new("garbage-collector-controller"),
+        );
+        match recorder
+            .publish(about, events::WARNING, "OwnerRefInvalidNamespace", message)
+            .await
+        {
             Ok(_) => {
                 self.warned
                     .lock()

@@ -8,9 +8,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Event, Pod, Probe, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -197,37 +197,18 @@ impl Runtime {
     }
 
     pub async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let ts = now();
-        let ev: Result<Event, _> = serde_json::from_value(json!({
-            "metadata": {"name": format!("{name}.{:x}", rand_suffix()), "namespace": ns},
-            "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": name,
-                "uid": pod.metadata.uid},
-            "reason": reason, "message": message, "type": type_,
-            "source": {"component": "kubelet", "host": self.node_name},
-            "reportingComponent": "kubelet", "reportingInstance": self.node_name,
-            "firstTimestamp": ts, "lastTimestamp": ts, "count": 1,
-        }));
-        if let Ok(ev) = ev {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-            if let Err(e) = api.create(&PostParams::default(), &ev).await {
-                crate::node::log_api_error(&format!("event {reason} for {ns}/{name}"), &e);
-            }
+        use ferry_kubeclient::events::{Recorder, Source, reference};
+        let source = Source::new("kubelet").on_host(self.node_name.clone());
+        let recorder = Recorder::new(self.client.clone(), source);
+        if let Err(e) = recorder
+            .publish(reference(pod), type_, reason, message)
+            .await
+        {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let name = pod.metadata.name.as_deref().unwrap_or_default();
+            crate::node::log_api_error(&format!("event {reason} for {ns}/{name}"), &e);
         }
     }
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 /// Sends a signal to the process group `pid` leads (`kill(2)` with `-pid`). Errors (the group
