@@ -137,15 +137,16 @@ fn restarts(p: &Pod) -> i32 {
         .unwrap_or(0)
 }
 
-async fn http_get(addr: &str) -> String {
+/// The body of `GET /` on `addr`; an error while the pod's server is not listening yet (a pod
+/// without a readiness probe is Ready once its process started, maybe before it listens).
+async fn http_get(addr: &str) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
+        .await?;
     let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
-    out.split("\r\n\r\n").nth(1).unwrap_or("").to_string()
+    s.read_to_string(&mut out).await?;
+    Ok(out.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,11 +206,14 @@ async fn node_pods_env_logs_exec_termination() {
     loop {
         let ok =
             tokio::time::timeout(Duration::from_secs(1), http_get(&format!("{ip}:9376"))).await;
-        if let Ok(body) = ok {
-            assert_eq!(body, "hostnames-a");
-            break;
+        match ok {
+            Ok(Ok(body)) => {
+                assert_eq!(body, "hostnames-a");
+                break;
+            }
+            Ok(Err(e)) => assert!(Instant::now() < deadline, "GET {ip}:9376: {e}"),
+            Err(_) => assert!(Instant::now() < deadline, "GET {ip}:9376 timed out"),
         }
-        assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
