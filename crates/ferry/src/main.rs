@@ -264,17 +264,23 @@ fn main() -> Result<()> {
     })
 }
 
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// Completes on SIGTERM or Ctrl-C. SIGTERM is registered when this is called, not when the
+/// future is first polled, so a signal that arrives while a component is still starting is
+/// kept for it instead of killing the process with the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        match term {
+            Some(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 
@@ -309,6 +315,8 @@ fn service_range(a: &ServerArgs, mode: &str) -> String {
 }
 
 async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
+    // Registered before anything starts: a SIGTERM during start-up stops Ferry cleanly.
+    let stop = shutdown_signal();
     if mode == "up" {
         // The loopback pod network puts pod, service and external addresses in 127.0.0.0/8.
         ferry_api::validation::allow_loopback_addresses(true);
@@ -371,7 +379,7 @@ async fn run_server(a: ServerArgs, mode: &str) -> Result<()> {
     if mode == "up" {
         services = Some(up::start_services(&a, &running, &clients).await?);
     }
-    shutdown_signal().await;
+    stop.await;
     tracing::info!("shutting down");
     clients.cancel();
     if mode == "up" {
