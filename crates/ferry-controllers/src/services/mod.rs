@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::Result;
-use k8s_openapi::api::core::v1::{Endpoints, Event, Node, ObjectReference, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -237,38 +237,16 @@ impl Controller {
     }
 
     async fn event(&self, svc: &Service, type_: &str, reason: &str, message: &str) {
-        let ns = svc.namespace().unwrap_or_default();
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-        let ev = Event {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                generate_name: Some(format!("{}.", svc.name_any())),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Service".into()),
-                name: Some(svc.name_any()),
-                namespace: Some(ns.clone()),
-                uid: svc.metadata.uid.clone(),
-                resource_version: svc.metadata.resource_version.clone(),
-                ..Default::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(type_.into()),
-            source: Some(k8s_openapi::api::core::v1::EventSource {
-                component: Some("endpoint-slice-controller".into()),
-                ..Default::default()
-            }),
-            reporting_component: Some("endpoint-slice-controller".into()),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            ..Default::default()
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = api.create(&PostParams::default(), &ev).await {
+        use ferry_kubeclient::events::{Recorder, Source, reference};
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Source::new("endpoint-slice-controller"),
+        );
+        if let Err(e) = recorder
+            .publish(reference(svc), type_, reason, message)
+            .await
+        {
+            let ns = svc.namespace().unwrap_or_default();
             tracing::debug!("event for {ns}/{}: {e}", svc.name_any());
         }
     }
