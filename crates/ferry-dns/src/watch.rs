@@ -52,9 +52,12 @@ pub fn project_service(s: &Service) -> Option<ServiceInfo> {
         {
             ips.push(ip);
         }
+        ips.shrink_to_fit();
         ServiceKind::ClusterIp(ips)
     };
-    let ports = spec
+    // `collect` through a filter starts at four elements: kept for the life of the Service,
+    // the exact size is ~170 bytes less per one-port Service (1.7 MB at 10,000 Services).
+    let mut ports: Vec<PortInfo> = spec
         .ports
         .iter()
         .flatten()
@@ -66,6 +69,7 @@ pub fn project_service(s: &Service) -> Option<ServiceInfo> {
             })
         })
         .collect();
+    ports.shrink_to_fit();
     Some(ServiceInfo {
         namespace,
         name,
@@ -94,7 +98,7 @@ pub fn project_slice(s: &EndpointSlice) -> Option<SliceInfo> {
             }
         }
     }
-    let ports = s
+    let mut ports: Vec<PortInfo> = s
         .ports
         .iter()
         .flatten()
@@ -106,6 +110,8 @@ pub fn project_slice(s: &EndpointSlice) -> Option<SliceInfo> {
             })
         })
         .collect();
+    endpoints.shrink_to_fit();
+    ports.shrink_to_fit();
     Some(SliceInfo {
         namespace,
         name,
