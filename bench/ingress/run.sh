@@ -19,6 +19,18 @@
 #   mini-fixed (io_uring + registered files), mini-tokio — the floor of a proxy's cost per
 #   request on each event mechanism.
 #
+#   PROXY_QUOTA=50 caps every proxy under test to 50 % of its core with a cgroup-v1 CPU quota
+#   (PROXY_QUOTA_PERIOD_US, default 10000: cpu.cfs_quota_us = period × 50 %), the same quota for
+#   each proxy, in a child cgroup per proxy under /sys/fs/cgroup/cpu/ferry-ingress-bench.<pid>
+#   (all the proxy's threads moved there; removed at exit, also on error or interrupt). Without
+#   it, wrk + the origin on the other core saturate before a lean proxy does (4 loopback socket
+#   operations per request, like the proxy's), so req/s measures the load side. With it the
+#   proxy is the bottleneck and the load side has headroom: req/s ratios are capacity ratios
+#   (at the quota), and p99 includes the waits of a throttled proxy (at most one period minus
+#   the quota, equal for all). Each run then also prints the share of CFS periods in which the
+#   proxy was throttled (thr%): near 100 % means the quota, not the load side, set the rate.
+#   Needs root and the cgroup-v1 cpu controller.
+#
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,12 +69,23 @@ ORIGIN_BIN=target/release/examples/bench_origin
 MINI_BIN=target/release/examples/mini_proxy
 W=$(mktemp -d)
 PIDS=()
+CG=""   # the per-run parent cgroup (PROXY_QUOTA)
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "$CG" ] && [ -d "$CG" ]; then
+    # Anything still in a child cgroup goes back to the root cgroup before the rmdir.
+    for d in "$CG"/*/; do
+      [ -d "$d" ] || continue
+      while read -r t; do echo "$t" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true; done <"$d/cgroup.procs"
+      rmdir "$d" 2>/dev/null || true
+    done
+    rmdir "$CG" 2>/dev/null || echo "warning: could not remove $CG" >&2
+  fi
   rm -rf "$W"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 mkdir -p "$W/nginx"
 # A certificate for bench.test (ECDSA P-256), served by all three for the HTTPS runs (TLS=1).
@@ -159,6 +182,28 @@ if [ -n "${MINI:-}" ]; then
   taskset -c $PROXY_CPU "$MINI_BIN" tokio "$MINI_TOKIO" "$ORIGIN" & PIDS+=($!); PID[mini-tokio]=$!
 fi
 sleep 2
+# PROXY_QUOTA: one child cgroup per proxy, each with the same quota; every thread of the proxy
+# moved in (cgroup.procs moves the thread group; the per-thread loop catches any that raced).
+if [ -n "${PROXY_QUOTA:-}" ]; then
+  QPERIOD=${PROXY_QUOTA_PERIOD_US:-10000}
+  case $PROXY_QUOTA in ''|*[!0-9]*) echo "PROXY_QUOTA must be a percentage (1-100)" >&2; exit 1;; esac
+  [ "$PROXY_QUOTA" -ge 1 ] && [ "$PROXY_QUOTA" -le 100 ] || { echo "PROXY_QUOTA must be 1-100" >&2; exit 1; }
+  [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || { echo "PROXY_QUOTA needs root and cgroup-v1 cpu at /sys/fs/cgroup/cpu" >&2; exit 1; }
+  CG=/sys/fs/cgroup/cpu/ferry-ingress-bench.$$
+  mkdir "$CG"
+  for name in "${!PID[@]}"; do
+    mkdir "$CG/$name"
+    echo "$QPERIOD" >"$CG/$name/cpu.cfs_period_us"
+    echo $((QPERIOD * PROXY_QUOTA / 100)) >"$CG/$name/cpu.cfs_quota_us"
+    echo "${PID[$name]}" >"$CG/$name/cgroup.procs"
+    for t in /proc/"${PID[$name]}"/task/*; do echo "${t##*/}" >"$CG/$name/tasks"; done
+    # A process that re-execs or forks workers (none here do) would escape; check every thread.
+    for t in /proc/"${PID[$name]}"/task/*; do
+      grep -qx "${t##*/}" "$CG/$name/tasks" || { echo "thread ${t##*/} of $name not in $CG/$name" >&2; exit 1; }
+    done
+  done
+  echo "PROXY_QUOTA: each proxy capped at $PROXY_QUOTA % of a core (cfs_quota_us $((QPERIOD * PROXY_QUOTA / 100)) / cfs_period_us $QPERIOD) in $CG/<proxy>"
+fi
 for a in $ORIGIN $FERRY $NGINX $HAP $HYPER ${MINI:+$MINI_EPOLL $MINI_URING $MINI_FIXED $MINI_TOKIO}; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
 done
@@ -172,8 +217,11 @@ done
 # one core), and the CPU share of the proxy and of the load side (wrk + origin) over the run.
 # A proxy share near 100 % (of what the machine's other jobs leave) with the load side below it
 # means the proxy was the bottleneck.
+# thr%: with PROXY_QUOTA, the share of the run's CFS periods in which the proxy was throttled.
+cg_stat() { awk -v k="$2" '$1==k {print $2}' "$CG/$1/cpu.stat" 2>/dev/null || echo 0; }
 run() {
-  local out rps p99 req cpu=0 pshare=0 lshare=0 lcpu=0
+  local out rps p99 req cpu=0 pshare=0 lshare=0 lcpu=0 thr=- p0=0 t0=0 p1 t1
+  if [ -n "$CG" ]; then p0=$(cg_stat "$3" nr_periods); t0=$(cg_stat "$3" nr_throttled); fi
   perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local sp=$!
   perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
   sleep 0.3
@@ -183,13 +231,17 @@ run() {
   req=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
   wait "$sp" "$op" || true
+  if [ -n "$CG" ]; then
+    p1=$(cg_stat "$3" nr_periods); t1=$(cg_stat "$3" nr_throttled)
+    thr=$(awk -v p=$((p1 - p0)) -v t=$((t1 - t0)) 'BEGIN{if (p>0) printf "%.0f", 100*t/p; else print 0}')
+  fi
   # task-clock of a -p run covers the sleep ($SECS+1 s, the wrk run inside it); the requests
   # all fall in the wrk run, the idle remainder adds ~nothing.
   cpu=$(awk -F, -v r="$req" '$3 ~ /^task-clock/ {printf "%.2f", $1*1000/r}' "$W/stat")
   pshare=$(awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {printf "%.0f", $1/(s*10)}' "$W/stat")
   lshare=$(cat "$W/ostat" "$W/wstat" | awk -F, -v s="$SECS" '$3 ~ /^task-clock/ {t+=$1} END {printf "%.0f", t/(s*10)}')
   lcpu=$(cat "$W/ostat" "$W/wstat" | awk -F, -v r="$req" '$3 ~ /^task-clock/ {t+=$1} END {printf "%.2f", t*1000/r}')
-  echo "$rps $p99 ${cpu:-0} ${pshare:-0} ${lshare:-0} ${lcpu:-0}"
+  echo "$rps $p99 ${cpu:-0} ${pshare:-0} ${lshare:-0} ${lcpu:-0} $thr"
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
@@ -209,16 +261,16 @@ declare -A RPS P99 CPU
 # (the first three names: ferry, nginx, haproxy in that order).
 suite() {
   local title=$1; shift
-  local names=("$@") name r rps p99 cpu ps ls lc
-  echo "== $title: wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
-  echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run; then the load side's CPU per request)"
+  local names=("$@") name r rps p99 cpu ps ls lc thr
+  echo "== $title: wrk -t1 -c$CONNS -d${SECS}s keep-alive, 100-byte bodies, proxies on cpu $PROXY_CPU${PROXY_QUOTA:+ capped at $PROXY_QUOTA %}, wrk + origin on cpu $LOAD_CPU, $ROUNDS rounds =="
+  echo "   (proxy% / load%: CPU share of the proxy process / of wrk + origin over the run; then the load side's CPU per request${PROXY_QUOTA:+; thr%: CFS periods in which the proxy was throttled})"
   for name in "${names[@]}"; do RPS[$name]=""; P99[$name]=""; CPU[$name]=""; done
   local pr_rps="" pr_cpu=""
   for r in $(seq 1 "$ROUNDS"); do
     for name in "${names[@]}"; do
-      read -r rps p99 cpu ps ls lc < <(run "$(url_of "$name")" "${PID[${name%-tls}]}")
-      printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%% (%.2f us/req)\n' \
-        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc"
+      read -r rps p99 cpu ps ls lc thr < <(run "$(url_of "$name")" "${PID[${name%-tls}]}" "${name%-tls}")
+      printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%% (%.2f us/req)%s\n' \
+        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc" "${CG:+  thr $thr%}"
       RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
     done
     # Same-round ratios (ferry vs the better peer of this round): the machine's load drifts
