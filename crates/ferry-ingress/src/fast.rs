@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +22,6 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_util::sync::WaitForCancellationFuture;
 
 use crate::routes::{Target, Upstream, normalize_host};
 
@@ -275,14 +275,22 @@ fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|b| *b == b',').map(|t| t.trim_ascii())
 }
 
-/// Whether `name` is hop-by-hop, by the fixed list or named in a `Connection` header.
-fn hop(name: &str, headers: &[httparse::Header<'_>]) -> bool {
+/// Whether `name` is hop-by-hop, by the fixed list or named in a `Connection` header
+/// (`has_connection`: whether `headers` has any, found once per head rather than per header).
+fn hop(name: &str, headers: &[httparse::Header<'_>], has_connection: bool) -> bool {
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
-        || headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-            .flat_map(|h| tokens(h.value))
-            .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+        || has_connection
+            && headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+                .flat_map(|h| tokens(h.value))
+                .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+fn has_connection(headers: &[httparse::Header<'_>]) -> bool {
+    headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("connection"))
 }
 
 /// A request the fast path takes.
@@ -368,12 +376,15 @@ pub fn write_request_head(
     out.extend_from_slice(plan.path.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut prev_xff: Option<&[u8]> = None;
+    let conn = has_connection(req.headers);
     for h in req.headers.iter() {
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {
             prev_xff.get_or_insert(h.value);
             continue;
         }
-        if SET_BY_FERRY.iter().any(|s| h.name.eq_ignore_ascii_case(s)) || hop(h.name, req.headers) {
+        if SET_BY_FERRY.iter().any(|s| h.name.eq_ignore_ascii_case(s))
+            || hop(h.name, req.headers, conn)
+        {
             continue;
         }
         header(out, h.name.as_bytes(), h.value);
@@ -483,8 +494,9 @@ pub fn write_response_head(
     out.push(b' ');
     out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
+    let conn = has_connection(resp.headers);
     for h in resp.headers.iter() {
-        if hop(h.name, resp.headers) {
+        if hop(h.name, resp.headers, conn) {
             continue;
         }
         header(out, h.name.as_bytes(), h.value);
@@ -599,14 +611,14 @@ async fn read_until<R: AsyncRead + Unpin>(
     s: &mut R,
     buf: &mut BytesMut,
     deadline: &mut Deadline,
-    mut stop: Option<Pin<&mut WaitForCancellationFuture<'_>>>,
+    mut stop: Option<&mut StopWait<'_, '_>>,
 ) -> Wait {
     std::future::poll_fn(|cx| {
         if let Poll::Ready(r) = tokio_util::io::poll_read_buf(Pin::new(&mut *s), cx, buf) {
             return Poll::Ready(Wait::Read(r));
         }
         if let Some(stop) = stop.as_mut()
-            && stop.as_mut().poll(cx).is_ready()
+            && stop.poll_stopped(cx).is_ready()
         {
             return Poll::Ready(Wait::Stop);
         }
@@ -657,38 +669,75 @@ impl LastRoute {
 /// Whether an idle backend connection can carry a request: not seen closed by its peer.
 /// Readiness is what epoll last reported: only when the socket looks readable (the backend
 /// closed it, or sent something unasked) is it probed with a read.
+/// (`try_io` reads the cached readiness without storing a waker: `poll_read_ready` would take
+/// the socket's waiter lock and swap the task's waker out.)
 fn idle_usable(s: &TcpStream) -> bool {
-    let mut cx = Context::from_waker(std::task::Waker::noop());
-    if s.poll_read_ready(&mut cx).is_ready() {
-        let mut b = [0u8; 1];
-        return matches!(s.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    }
-    true
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    let r = s.try_io(Interest::READABLE, || {
+        nix::sys::socket::recv(s.as_raw_fd(), &mut b, nix::sys::socket::MsgFlags::empty())
+            .map_err(io::Error::from)
+    });
+    matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
-/// A listener's stop signal for its connections: the token (to wake idle connections) and a
-/// flag set once it is cancelled, read after every request (`is_cancelled` takes the token's
-/// lock).
+/// A listener's stop signal for its connections: a flag set once the listener's token is
+/// cancelled, read after every request and whenever an idle connection is woken, and a `Notify`
+/// that wakes idle connections after the flag is set. (The token's own future takes two locks
+/// per poll — `is_cancelled` and the waiter list — and an idle wait comes once per request.)
 #[derive(Clone)]
 pub struct Stop {
-    token: tokio_util::sync::CancellationToken,
-    flag: Arc<AtomicBool>,
+    inner: Arc<StopInner>,
+}
+
+struct StopInner {
+    flag: AtomicBool,
+    notify: tokio::sync::Notify,
 }
 
 impl Stop {
-    /// Watches `token` (a task sets the flag when it is cancelled). Needs a tokio runtime.
+    /// Watches `token` (a task sets the flag, then wakes the idle connections, when it is
+    /// cancelled). Needs a tokio runtime.
     pub fn new(token: tokio_util::sync::CancellationToken) -> Stop {
-        let flag = Arc::new(AtomicBool::new(token.is_cancelled()));
-        let (t, f) = (token.clone(), flag.clone());
-        tokio::spawn(async move {
-            t.cancelled().await;
-            f.store(true, Ordering::Release);
+        let inner = Arc::new(StopInner {
+            flag: AtomicBool::new(token.is_cancelled()),
+            notify: tokio::sync::Notify::new(),
         });
-        Stop { token, flag }
+        let i = inner.clone();
+        tokio::spawn(async move {
+            token.cancelled().await;
+            i.flag.store(true, Ordering::Release);
+            i.notify.notify_waiters();
+        });
+        Stop { inner }
     }
 
     fn stopping(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
+        self.inner.flag.load(Ordering::Acquire)
+    }
+}
+
+/// A connection's wait for its listener's stop: the `Notified` is polled (its waker stored)
+/// once; afterwards a wake-up is recognized by the flag, which is set before the notification.
+/// A `Notified` receives `notify_waiters` from its creation on, polled or not.
+struct StopWait<'s, 'n> {
+    stop: &'s Stop,
+    notified: Pin<&'n mut tokio::sync::futures::Notified<'s>>,
+    registered: bool,
+}
+
+impl StopWait<'_, '_> {
+    fn poll_stopped(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.stop.stopping() {
+            return Poll::Ready(());
+        }
+        if !self.registered {
+            if self.notified.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            self.registered = true;
+        }
+        Poll::Pending
     }
 }
 
@@ -729,16 +778,22 @@ async fn serve_conn(
     let mut out: Vec<u8> = Vec::with_capacity(2048);
     let mut last = LastRoute::default();
     let mut deadline = Deadline::new(limits.header_timeout);
-    let stopped = stop.token.cancelled();
-    let mut stopped = std::pin::pin!(stopped);
+    let notified = std::pin::pin!(stop.inner.notify.notified());
+    let mut stopped = StopWait {
+        stop,
+        notified,
+        registered: false,
+    };
     loop {
         // A whole request head.
         deadline.set_after(limits.header_timeout);
         let (head_len, req) = loop {
             if !buf.is_empty() {
-                let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut req = httparse::Request::new(&mut hs);
-                match req.parse(&buf) {
+                // Uninitialized header slots: initializing 64 of them (2 KiB) per request
+                // cost more than parsing a short head.
+                let mut hs = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut []);
+                match req.parse_with_uninit_headers(&buf, &mut hs) {
                     Ok(httparse::Status::Complete(n)) => {
                         let Some(plan) = plan_request(&req) else {
                             return Outcome::Handoff(buf, client);
@@ -764,7 +819,7 @@ async fn serve_conn(
                 }
             }
             let idle = buf.is_empty();
-            let stop = idle.then_some(stopped.as_mut());
+            let stop = idle.then_some(&mut stopped);
             match read_until(&mut client, &mut buf, &mut deadline, stop).await {
                 Wait::Read(Ok(0)) if !buf.is_empty() => return Outcome::Handoff(buf, client),
                 Wait::Read(Ok(0) | Err(_)) | Wait::Expired | Wait::Stop => {
@@ -961,15 +1016,13 @@ async fn write2(s: &mut TcpStream, mut a: &[u8], mut b: &[u8]) -> io::Result<()>
 async fn send1(s: &TcpStream, a: &[u8]) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     loop {
-        s.writable().await?;
         let r = s.try_io(Interest::WRITABLE, || {
             nix::sys::socket::send(s.as_raw_fd(), a, nix::sys::socket::MsgFlags::MSG_NOSIGNAL)
                 .map_err(io::Error::from)
         });
         match r {
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(s).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             r => return r,
         }
     }
@@ -981,7 +1034,6 @@ async fn send2(s: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
     let iov = [io::IoSlice::new(a), io::IoSlice::new(b)];
     loop {
-        s.writable().await?;
         let r = s.try_io(Interest::WRITABLE, || {
             nix::sys::socket::sendmsg::<()>(
                 s.as_raw_fd(),
@@ -993,12 +1045,18 @@ async fn send2(s: &TcpStream, a: &[u8], b: &[u8]) -> io::Result<usize> {
             .map_err(io::Error::from)
         });
         match r {
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(s).await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             r => return r,
         }
     }
+}
+
+/// Waits until `s` may be writable. A send is tried first (a socket's send buffer is mostly
+/// free): `writable().await` would make a readiness future whose drop takes the socket's
+/// waiter lock, once per send.
+async fn wait_writable(s: &TcpStream) -> io::Result<()> {
+    std::future::poll_fn(|cx| s.poll_write_ready(cx)).await
 }
 
 /// One request/response on backend connection `be`; `Ok(reusable)`.
@@ -1038,9 +1096,12 @@ async fn one(
     deadline.set_after(shared.limits.response_timeout);
     let (n, plan) = loop {
         if !bbuf.is_empty() {
-            let mut hs = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
-            let mut resp = httparse::Response::new(&mut hs);
-            match resp.parse(bbuf) {
+            let mut hs =
+                [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+            let mut resp = httparse::Response::new(&mut []);
+            match httparse::ParserConfig::default()
+                .parse_response_with_uninit_headers(&mut resp, bbuf, &mut hs)
+            {
                 Ok(httparse::Status::Complete(n)) => {
                     let code = resp.code.unwrap_or(0);
                     if (100..200).contains(&code) && code != 101 {
