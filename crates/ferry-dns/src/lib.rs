@@ -10,6 +10,7 @@
 //! --metrics-listen 127.0.0.1:9153`, then `dig @127.0.0.1 -p 1053 kubernetes.default.svc.cluster.local`.
 
 pub mod answer;
+pub mod cache;
 pub mod error;
 pub mod forward;
 pub mod index;
@@ -118,7 +119,7 @@ pub fn parse_stub(s: &str) -> Result<(String, Vec<SocketAddr>)> {
                 .parse::<SocketAddr>()
                 .with_context(|| format!("bad stub server {a:?}"))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((domain.trim_end_matches('.').to_ascii_lowercase(), servers))
 }
 

@@ -9,7 +9,6 @@
 //! connection has CoreDNS's default timeouts: 3 s to read a query, 10 s idle between queries,
 //! 5 s to write an answer. Accept errors back off instead of spinning.
 
-use std::collections::HashMap;
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -25,12 +24,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::answer::{Outcome, Question, answer};
+use crate::cache::AnswerCache;
 use crate::forward::{ForwardConfig, Forwarder, truncate_reply};
 use crate::index::Index;
 use crate::metrics::Metrics;
 use crate::wire::{self, ParseError, Request};
-
-const ANSWER_CACHE_MAX: usize = 100_000;
 
 /// The index shared by the watchers (writers) and the servers (readers).
 pub struct SharedIndex {
@@ -127,12 +125,20 @@ struct Inner {
     tcp: TcpConfig,
 }
 
-/// Encoded cluster answers of one worker, keyed by request shape.
-#[derive(Default)]
-struct AnswerCache {
-    generation: u64,
-    map: HashMap<Vec<u8>, Vec<u8>>,
-    key: Vec<u8>,
+/// A query parsed and keyed, waiting for its answer-cache lookup.
+struct Prepared<'a> {
+    req: Request<'a>,
+    limit: usize,
+    /// Its cache key, in the caller's key buffer.
+    key: std::ops::Range<usize>,
+    hash: u64,
+}
+
+/// The first half of handling a query: parsed and keyed, or already answered (malformed,
+/// unsupported EDNS version: the reply is in the caller's buffer).
+enum Pre<'a> {
+    Ready(Prepared<'a>),
+    Done(Step),
 }
 
 /// What to do with a query; a reply's bytes are in the caller's buffer.
@@ -153,7 +159,8 @@ fn allowed(acl: &[IpNet], ip: IpAddr) -> bool {
 
 impl Inner {
     /// Everything that can be answered without IO; a reply is written to `out` (which is
-    /// reused: a cached answer costs no allocation).
+    /// reused: a cached answer costs no allocation). One query: [`Self::prepare`] then
+    /// [`Self::complete`] (the UDP worker runs them over a whole batch, phase by phase).
     fn handle_local(
         &self,
         pkt: &[u8],
@@ -162,9 +169,30 @@ impl Inner {
         cache: &mut AnswerCache,
         out: &mut Vec<u8>,
     ) -> Step {
-        let mut req = match wire::parse_request_lazy(pkt) {
+        cache.sync_generation(self.index.generation());
+        let mut keys = Vec::new();
+        let mut hits = 0;
+        let step = match self.prepare(pkt, udp, cache, &mut keys, out) {
+            Pre::Done(step) => step,
+            Pre::Ready(p) => self.complete(p, &keys, src, cache, out, &mut hits),
+        };
+        self.metrics.answer_cache_hits.inc_by(hits);
+        step
+    }
+
+    /// Parses a query and appends its answer-cache key to `keys`: the lower-cased question,
+    /// the flags that change the reply and the size limit.
+    fn prepare<'a>(
+        &self,
+        pkt: &'a [u8],
+        udp: bool,
+        cache: &AnswerCache,
+        keys: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Pre<'a> {
+        let req = match wire::parse_request_lazy(pkt) {
             Ok(r) => r,
-            Err(ParseError::Drop) => return Step::Drop,
+            Err(ParseError::Drop) => return Pre::Done(Step::Drop),
             Err(ParseError::Reply {
                 id,
                 opcode,
@@ -172,31 +200,54 @@ impl Inner {
                 rcode,
             }) => {
                 *out = wire::encode_parse_error(id, opcode, rd, rcode);
-                return Step::Reply(0, rcode);
+                return Pre::Done(Step::Reply(0, rcode));
             }
         };
         if req.edns.is_some_and(|e| e.version > 0) {
             *out = wire::encode_rcode(&req, wire::RCODE_BADVERS, true);
-            return Step::Reply(req.qtype, wire::RCODE_BADVERS);
+            return Pre::Done(Step::Reply(req.qtype, wire::RCODE_BADVERS));
         }
         let limit = if udp { req.udp_limit() } else { 65535 };
-        let gen_now = self.index.generation();
-        if cache.generation != gen_now {
-            cache.map.clear();
-            cache.generation = gen_now;
-        }
-        let key = &mut cache.key;
-        key.clear();
-        key.extend(req.question_wire.iter().map(u8::to_ascii_lowercase));
-        key.push(
+        let start = keys.len();
+        keys.extend(req.question_wire.iter().map(u8::to_ascii_lowercase));
+        keys.push(
             u8::from(req.recursion_desired)
                 | (u8::from(req.checking_disabled) << 1)
                 | (u8::from(req.edns.is_some()) << 2)
                 | (u8::from(req.edns.is_some_and(|e| e.dnssec_ok)) << 3),
         );
-        key.extend_from_slice(&(limit as u16).to_be_bytes());
-        if let Some(hit) = cache.map.get(cache.key.as_slice()) {
-            self.metrics.answer_cache_hits.inc();
+        keys.extend_from_slice(&(limit as u16).to_be_bytes());
+        let key = start..keys.len();
+        let hash = cache.hash(&keys[key.clone()]);
+        Pre::Ready(Prepared {
+            req,
+            limit,
+            key,
+            hash,
+        })
+    }
+
+    /// Answers a prepared query: from the cache (the reply is the cached one with the query's
+    /// ID and the question in the client's case), else from the index (then cached), else
+    /// forwarded or refused. Counts cache hits in `hits`.
+    fn complete(
+        &self,
+        p: Prepared<'_>,
+        keys: &[u8],
+        src: IpAddr,
+        cache: &mut AnswerCache,
+        out: &mut Vec<u8>,
+        hits: &mut u64,
+    ) -> Step {
+        let Prepared {
+            mut req,
+            limit,
+            key,
+            hash,
+        } = p;
+        let key = keys.get(key).unwrap_or_default();
+        if let Some(hit) = cache.get(hash, key) {
+            *hits += 1;
             out.clear();
             out.extend_from_slice(hit);
             out[0..2].copy_from_slice(&req.id.to_be_bytes());
@@ -228,10 +279,7 @@ impl Inner {
             Outcome::Answer(resp) => {
                 self.metrics.answer_cache_misses.inc();
                 *out = wire::encode_response(&req, &resp, limit);
-                if cache.map.len() >= ANSWER_CACHE_MAX {
-                    cache.map.clear();
-                }
-                cache.map.insert(cache.key.clone(), out.clone());
+                cache.insert(hash, key, out);
                 Step::Reply(req.qtype, resp.rcode)
             }
             Outcome::Forward => self.forward_or_refuse(&req, src, out),
@@ -309,7 +357,8 @@ impl Server {
                     continue;
                 }
                 Err(e) => {
-                    return Err(e).with_context(|| format!("binding TCP {tcp_addr}"));
+                    let what = format!("binding TCP {tcp_addr}");
+                    return Err(ferry_errors::ContextError::new(what, e).into());
                 }
             }
         }
@@ -428,9 +477,12 @@ struct UdpBuffers {
     recv: Vec<u8>,
     recv_headers: MultiHeaders<SockaddrStorage>,
     received: [Received; UDP_BATCH],
-    /// Replies of the current batch (buffers kept between batches), their addresses and
-    /// metric labels.
+    /// Reply buffer per received query (kept between batches).
     replies: Vec<Vec<u8>>,
+    /// The answer-cache keys of the batch.
+    keys: Vec<u8>,
+    /// The replies to send: which query each answers, its address and its metric labels.
+    order: Vec<usize>,
     to: Vec<SocketAddrAny>,
     labels: Vec<(u16, u16)>,
 }
@@ -442,6 +494,8 @@ impl UdpBuffers {
             recv_headers: MultiHeaders::preallocate(UDP_BATCH, None),
             received: [Received { len: 0, from: None }; UDP_BATCH],
             replies: (0..UDP_BATCH).map(|_| Vec::new()).collect(),
+            keys: Vec::with_capacity(UDP_BATCH * 64),
+            order: Vec::with_capacity(UDP_BATCH),
             to: Vec::with_capacity(UDP_BATCH),
             labels: Vec::with_capacity(UDP_BATCH),
         }
@@ -479,11 +533,11 @@ impl UdpBuffers {
         let n = self.to.len();
         let mut control: [SendAncillaryBuffer<'_, '_, '_>; UDP_BATCH] =
             std::array::from_fn(|_| SendAncillaryBuffer::default());
-        let iovs: [[IoSlice<'_>; 1]; UDP_BATCH] = std::array::from_fn(|i| {
+        let iovs: [[IoSlice<'_>; 1]; UDP_BATCH] = std::array::from_fn(|k| {
             [IoSlice::new(
-                self.replies
-                    .get(i)
-                    .filter(|_| i < n)
+                self.order
+                    .get(k)
+                    .and_then(|&i| self.replies.get(i))
                     .map_or(&[][..], Vec::as_slice),
             )]
         });
@@ -544,32 +598,53 @@ fn udp_worker(
         };
         backoff.reset();
         let start = Instant::now();
+        // Phase by phase over the batch: parse and key every query, then touch the cache
+        // memory of all of them (their cache misses overlap), then answer them in order.
+        cache.sync_generation(inner.index.generation());
+        b.keys.clear();
+        let mut prepared = Vec::with_capacity(n);
+        for i in 0..n {
+            let Some(src) = b.received[i].from.as_ref().and_then(to_std) else {
+                continue;
+            };
+            let pkt = &b.recv[i * UDP_SLOT..i * UDP_SLOT + b.received[i].len];
+            let pre = inner.prepare(pkt, true, &cache, &mut b.keys, &mut b.replies[i]);
+            prepared.push((i, src, pre));
+        }
+        let mut touched = 0u64;
+        for (_, _, pre) in &prepared {
+            if let Pre::Ready(p) = pre {
+                touched ^= cache.touch(p.hash);
+            }
+        }
+        std::hint::black_box(touched);
+        b.order.clear();
         b.to.clear();
         b.labels.clear();
-        for i in 0..n {
-            let Some(from) = b.received[i].from else {
-                continue;
+        let mut hits = 0;
+        for (i, src, pre) in prepared {
+            let step = match pre {
+                Pre::Done(step) => step,
+                Pre::Ready(p) => inner.complete(
+                    p,
+                    &b.keys,
+                    src.ip(),
+                    &mut cache,
+                    &mut b.replies[i],
+                    &mut hits,
+                ),
             };
-            let Some(src) = to_std(&from) else {
-                continue;
-            };
-            let slot = b.to.len();
-            let pkt = &b.recv[i * UDP_SLOT..i * UDP_SLOT + b.received[i].len];
-            let mut out = std::mem::take(&mut b.replies[slot]);
-            let step = inner.handle_local(pkt, src.ip(), true, &mut cache, &mut out);
             match step {
                 Step::Reply(qtype, rcode) => {
-                    b.replies[slot] = out;
+                    b.order.push(i);
                     b.to.push(SocketAddrAny::from(src));
                     b.labels.push((qtype, rcode));
                 }
                 Step::Drop => {
-                    b.replies[slot] = out;
                     inner.metrics.dropped.inc();
                 }
                 Step::Forward => {
-                    b.replies[slot] = out;
-                    let pkt = pkt.to_vec();
+                    let pkt = b.recv[i * UDP_SLOT..i * UDP_SLOT + b.received[i].len].to_vec();
                     let inner = inner.clone();
                     let sock = sock.clone();
                     rt.spawn(async move {
@@ -580,6 +655,9 @@ fn udp_worker(
                     });
                 }
             }
+        }
+        if hits > 0 {
+            inner.metrics.answer_cache_hits.inc_by(hits);
         }
         if b.to.is_empty() {
             continue;

@@ -548,3 +548,69 @@ async fn udp_bursts_are_answered_one_by_one() {
         srv.stop().await.unwrap();
     }
 }
+
+/// Cached answers are shared between queries that differ only in case and ID, never between
+/// queries whose answers differ (EDNS or not, recursion desired or not, NXDOMAIN): one burst,
+/// answered in batches from the cache, each answer carries its own query's ID, the question and
+/// owner names in that query's case, and its own flags.
+#[tokio::test]
+async fn cached_answers_keep_each_querys_id_case_and_flags() {
+    let (up, _) = fake_upstream(Ipv4Addr::new(1, 2, 3, 4)).await;
+    let mut cfg = config(up, up, "127.0.0.0/8");
+    cfg.udp_workers = 1;
+    let srv = start_with_index(index(), cfg).await.unwrap();
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let names = [
+        "web.default.svc.cluster.local",
+        "WEB.default.SVC.cluster.local",
+        "wEb.DeFaUlT.sVc.ClUsTeR.lOcAl",
+        "nope.Default.svc.cluster.local",
+        "NOPE.default.svc.cluster.local",
+    ];
+    // Query i: name i % 5, EDNS on odd i, RD on i % 3 != 0.
+    let query = |i: u16| {
+        let name = names[usize::from(i) % names.len()];
+        let edns = (i % 2 == 1).then_some(1232);
+        (name, edns, i % 3 != 0)
+    };
+    let mut buf = vec![0u8; 65535];
+    // Three passes over 30 queries: the first fills the cache, the others are answered from it.
+    for pass in 0..3u16 {
+        for i in 0..30u16 {
+            let (name, edns, rd) = query(i);
+            s.send_to(
+                &build_query(pass * 100 + i, name, TYPE_A, rd, edns),
+                srv.udp_addr,
+            )
+            .await
+            .unwrap();
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        while seen.len() < 30 {
+            let n = tokio::time::timeout(Duration::from_secs(10), s.recv(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("pass {pass}: {} answers", seen.len()))
+                .unwrap();
+            let out = &buf[..n];
+            let m = Message::from_vec(out).unwrap();
+            let id = m.metadata.id;
+            assert_eq!(id / 100, pass);
+            let i = id % 100;
+            assert!(seen.insert(i), "answered twice: {id}");
+            let (name, edns, rd) = query(i);
+            assert_eq!(m.queries[0].name().to_string(), format!("{name}."), "{id}");
+            assert_eq!(m.metadata.recursion_desired, rd, "{id}");
+            assert_eq!(m.edns.is_some(), edns.is_some(), "{id}");
+            if name.to_ascii_lowercase().starts_with("nope") {
+                assert_eq!(rcode(out), RCODE_NXDOMAIN, "{id}");
+                assert!(m.answers.is_empty());
+                assert_eq!(m.authorities.len(), 1, "{id}: SOA");
+            } else {
+                assert_eq!(rcode(out), RCODE_NOERROR, "{id}");
+                assert_eq!(addrs(&m), vec!["10.96.0.10"], "{id}");
+                assert_eq!(m.answers[0].name.to_string(), format!("{name}."), "{id}");
+            }
+        }
+    }
+    srv.stop().await.unwrap();
+}
