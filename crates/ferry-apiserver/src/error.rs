@@ -19,12 +19,8 @@ pub enum Error {
     #[error(transparent)]
     ServiceAccountKey(#[from] ferry_auth::jwt::Error),
     /// A failed step: what was being done, then why (`{:#}` in anyhow shows both).
-    #[error("{what}")]
-    Context {
-        what: String,
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    #[error(transparent)]
+    Context(#[from] ferry_errors::ContextError),
     #[error("--kubelet-client-certificate and --kubelet-client-key go together")]
     KubeletClientPair,
     #[error("the kubelet certificate authority holds no certificate")]
@@ -36,42 +32,11 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Names the step that failed (anyhow's `context`/`with_context`, typed).
-pub trait Context<T> {
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T>;
-    fn context(self, what: &str) -> Result<T>;
-}
-
-impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result::Result<T, E> {
-    fn with_context(self, what: impl FnOnce() -> String) -> Result<T> {
-        self.map_err(|e| Error::Context {
-            what: what(),
-            source: Box::new(e),
-        })
-    }
-
-    fn context(self, what: &str) -> Result<T> {
-        self.with_context(|| what.to_string())
-    }
-}
+pub use ferry_errors::Context;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn context_keeps_the_cause_as_source() {
-        let r: std::result::Result<(), std::io::Error> = Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            "address in use",
-        ));
-        let e = r
-            .with_context(|| "binding 127.0.0.1:6443".into())
-            .expect_err("an error");
-        assert_eq!(e.to_string(), "binding 127.0.0.1:6443");
-        let source = std::error::Error::source(&e).map(ToString::to_string);
-        assert_eq!(source.as_deref(), Some("address in use"));
-    }
 
     #[test]
     fn bootstrap_reads_as_before() {

@@ -265,8 +265,8 @@ pub async fn start(
 fn kubelet_tls(config: &Config, pki: &pki::Pki) -> Result<Arc<rustls::ClientConfig>> {
     let read = |p: &Option<PathBuf>, flag: &str, default: &str| -> Result<String> {
         match p {
-            Some(p) => std::fs::read_to_string(p)
-                .with_context(|| format!("{flag}: reading {}", p.display())),
+            Some(p) => Ok(std::fs::read_to_string(p)
+                .with_context(|| format!("{flag}: reading {}", p.display()))?),
             None => Ok(default.to_string()),
         }
     };

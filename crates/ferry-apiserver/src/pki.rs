@@ -37,7 +37,8 @@ pub struct Pki {
 /// Writes a file only the owner can read, created `0600` (never briefly readable by others).
 fn write_private(path: &Path, contents: &str) -> Result<()> {
     ferry_store::private_fs::write_private(path, contents.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// Creates `dir` `0700`; tightens it, the directories under it (`0700`) and the files in them
