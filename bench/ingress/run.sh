@@ -29,6 +29,10 @@
 #   (at the quota), and p99 includes the waits of a throttled proxy (at most one period minus
 #   the quota, equal for all). Each run then also prints the share of CFS periods in which the
 #   proxy was throttled (thr%): near 100 % means the quota, not the load side, set the rate.
+#   On a machine shared with other jobs the proxy might not even get its quota, and wrk + the
+#   origin might not get their core: so the proxies' cgroups and a cgroup for the load side
+#   (origin and each wrk) get a CPU weight of PROXY_QUOTA_SHARES (default 10240, ten nice-0
+#   tasks) — the proxy gets its quota and no more, the load side what it needs.
 #   Needs root and the cgroup-v1 cpu controller.
 #
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
@@ -189,10 +193,16 @@ if [ -n "${PROXY_QUOTA:-}" ]; then
   case $PROXY_QUOTA in ''|*[!0-9]*) echo "PROXY_QUOTA must be a percentage (1-100)" >&2; exit 1;; esac
   [ "$PROXY_QUOTA" -ge 1 ] && [ "$PROXY_QUOTA" -le 100 ] || { echo "PROXY_QUOTA must be 1-100" >&2; exit 1; }
   [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || { echo "PROXY_QUOTA needs root and cgroup-v1 cpu at /sys/fs/cgroup/cpu" >&2; exit 1; }
+  QSHARES=${PROXY_QUOTA_SHARES:-10240}
   CG=/sys/fs/cgroup/cpu/ferry-ingress-bench.$$
   mkdir "$CG"
+  echo $((QSHARES * (${#PID[@]} + 1))) >"$CG/cpu.shares"
+  mkdir "$CG/load"
+  echo "$QSHARES" >"$CG/load/cpu.shares"
+  echo "$ORIGIN_PID" >"$CG/load/cgroup.procs"
   for name in "${!PID[@]}"; do
     mkdir "$CG/$name"
+    echo "$QSHARES" >"$CG/$name/cpu.shares"
     echo "$QPERIOD" >"$CG/$name/cpu.cfs_period_us"
     echo $((QPERIOD * PROXY_QUOTA / 100)) >"$CG/$name/cpu.cfs_quota_us"
     echo "${PID[$name]}" >"$CG/$name/cgroup.procs"
@@ -202,7 +212,7 @@ if [ -n "${PROXY_QUOTA:-}" ]; then
       grep -qx "${t##*/}" "$CG/$name/tasks" || { echo "thread ${t##*/} of $name not in $CG/$name" >&2; exit 1; }
     done
   done
-  echo "PROXY_QUOTA: each proxy capped at $PROXY_QUOTA % of a core (cfs_quota_us $((QPERIOD * PROXY_QUOTA / 100)) / cfs_period_us $QPERIOD) in $CG/<proxy>"
+  echo "PROXY_QUOTA: each proxy capped at $PROXY_QUOTA % of a core (cfs_quota_us $((QPERIOD * PROXY_QUOTA / 100)) / cfs_period_us $QPERIOD) in $CG/<proxy>; weight $QSHARES for each proxy and for wrk + origin ($CG/load)"
 fi
 for a in $ORIGIN $FERRY $NGINX $HAP $HYPER ${MINI:+$MINI_EPOLL $MINI_URING $MINI_FIXED $MINI_TOKIO}; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
@@ -217,6 +227,14 @@ done
 # one core), and the CPU share of the proxy and of the load side (wrk + origin) over the run.
 # A proxy share near 100 % (of what the machine's other jobs leave) with the load side below it
 # means the proxy was the bottleneck.
+# run_load CMD...: CMD in the load side's cgroup (PROXY_QUOTA), else as is.
+run_load() {
+  if [ -n "$CG" ]; then
+    sh -c 'echo $$ >"$1/load/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"
+  else
+    "$@"
+  fi
+}
 # thr%: with PROXY_QUOTA, the share of the run's CFS periods in which the proxy was throttled.
 cg_stat() { awk -v k="$2" '$1==k {print $2}' "$CG/$1/cpu.stat" 2>/dev/null || echo 0; }
 run() {
@@ -225,7 +243,7 @@ run() {
   perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local sp=$!
   perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
   sleep 0.3
-  out=$(taskset -c $LOAD_CPU perf stat -x, -e task-clock -o "$W/wstat" -- \
+  out=$(run_load taskset -c $LOAD_CPU perf stat -x, -e task-clock -o "$W/wstat" -- \
         wrk -t1 -c"$CONNS" -d"${SECS}s" --latency -H 'Host: bench.test' "$1")
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
   req=$(awk '/requests in/ {print $1}' <<<"$out")
