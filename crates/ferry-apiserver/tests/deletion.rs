@@ -148,6 +148,42 @@ async fn propagation_finalizers_and_kind_hooks() {
             .0,
         404
     );
+    // A terminating pod whose finalizer is not released yet (a Job's tracking finalizer):
+    // its agent's final delete (grace 0) is recorded, and the pod goes when the finalizer is
+    // removed, whichever comes first.
+    let mut held = pod("held", "n1");
+    held["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+    assert_eq!(api.call("POST", PODS, held).await.0, 201);
+    let (_, v) = api
+        .call("DELETE", &format!("{PODS}/held"), Value::Null)
+        .await;
+    assert_eq!(v["metadata"]["deletionGracePeriodSeconds"], 30, "{v}");
+    let (code, v) = api
+        .call(
+            "DELETE",
+            &format!("{PODS}/held?gracePeriodSeconds=0"),
+            Value::Null,
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["metadata"]["deletionGracePeriodSeconds"], 0, "{v}");
+    let (code, v) = api.call("GET", &format!("{PODS}/held"), Value::Null).await;
+    assert_eq!(code, 200, "held by its finalizer: {v}");
+    assert_eq!(v["metadata"]["deletionGracePeriodSeconds"], 0, "{v}");
+    let (code, v) = api
+        .call(
+            "PATCH",
+            &format!("{PODS}/held"),
+            json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        api.call("GET", &format!("{PODS}/held"), Value::Null)
+            .await
+            .0,
+        404
+    );
     // An unbound pod goes at once.
     assert_eq!(api.call("POST", PODS, pod("unbound", "")).await.0, 201);
     assert_eq!(

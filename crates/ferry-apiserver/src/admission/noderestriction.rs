@@ -90,7 +90,10 @@ pub fn decide(w: &Write) -> Result<(), Denied> {
                 Ok(())
             }
             ("", Operation::Delete) => {
-                if node_name_of(w.existing) != node {
+                // A named pod that is gone already: the delete answers 404 (upstream passes
+                // the NotFound error on), not a denial. A collection stays denied.
+                let gone = w.existing.is_none() && !w.name.is_empty();
+                if !gone && node_name_of(w.existing) != node {
                     return Err(format!(
                         "node \"{node}\" can only delete pods with spec.nodeName set to itself"
                     )
@@ -227,6 +230,9 @@ mod tests {
                 Err("node \"n1\" can only update pod status for pods with spec.nodeName set to itself".into())),
             (w(Delete, "", "pods", "", "ns", "p", None, Some(&mine)), ok.clone()),
             (w(Delete, "", "pods", "", "ns", "p", None, Some(&theirs)),
+                Err("node \"n1\" can only delete pods with spec.nodeName set to itself".into())),
+            (w(Delete, "", "pods", "", "ns", "p", None, None), ok.clone()),
+            (w(Delete, "", "pods", "", "ns", "", None, None),
                 Err("node \"n1\" can only delete pods with spec.nodeName set to itself".into())),
             (w(Create, "", "pods", "", "ns", "p", Some(&mine), None),
                 Err("pod does not have \"kubernetes.io/config.mirror\" annotation, node \"n1\" can only create mirror pods".into())),

@@ -82,6 +82,18 @@ pub fn plan(r: &DeleteRequest) -> DeletePlan {
             return DeletePlan::Unchanged { code: 200 };
         }
         if grace == 0 {
+            // Shortening a pending grace period to 0 is recorded even while finalizers hold
+            // the object (upstream's `BeforeDelete`): it then goes as soon as they are removed.
+            // A node agent's final delete of a pod whose job-tracking finalizer is not released
+            // yet would otherwise leave the pod behind for good.
+            if r.current_grace.is_some_and(|c| c > 0) {
+                return DeletePlan::Mark {
+                    finalizers,
+                    grace: 0,
+                    set_timestamp: true,
+                    code,
+                };
+            }
             return DeletePlan::Unchanged { code };
         }
     }
@@ -233,9 +245,15 @@ mod tests {
                 req(&none, &none, None, Some(0), true, Some(30)),
                 DeletePlan::Remove,
             ),
-            // With finalizers left it stays as it is; a first such delete marks it.
+            // With finalizers left it stays, its grace period cut to 0 (it goes when they
+            // are removed); once at 0, deleting again changes nothing; a first such delete
+            // marks it.
             (
                 req(&one, &none, None, Some(0), true, Some(30)),
+                mark(&one, 0, true, 200),
+            ),
+            (
+                req(&one, &none, None, Some(0), true, Some(0)),
                 DeletePlan::Unchanged { code: 200 },
             ),
             (
