@@ -2,7 +2,6 @@
 //! watchers. On errors the watchers back off and retry while the index keeps serving the last
 //! state (serve-stale).
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::net::IpAddr;
@@ -216,28 +215,7 @@ impl From<SlimPodWire> for SlimPod {
     }
 }
 
-impl Resource for SlimPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+ferry_kubeclient::pod_resource!(SlimPod);
 
 /// Projects a slim Pod to its IPs (the same result as [`project_pod`] on the full Pod).
 pub fn project_slim_pod(p: &SlimPod) -> Option<PodInfo> {

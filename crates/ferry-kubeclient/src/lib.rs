@@ -4,7 +4,16 @@
 //! the in-cluster service account), as client-go's `BuildConfigFromFlags` does.
 
 pub mod events;
+mod resource;
 pub mod watch;
+
+/// What the crate's macros name (not an API).
+#[doc(hidden)]
+pub mod __private {
+    pub use k8s_openapi;
+    pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    pub use kube;
+}
 
 use std::path::{Path, PathBuf};
 

@@ -10,12 +10,10 @@
 //! The types implement [`kube::Resource`] so that kube-rs watchers and lists decode them
 //! directly; only `name`, `namespace` and `resourceVersion` of their `metadata` are set.
 
-use std::borrow::Cow;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
 use serde::Deserialize;
 
 use crate::model::{Labels, NamedPort, Proto};
@@ -329,46 +327,20 @@ impl From<wire::Node> for SlimNode {
     }
 }
 
-macro_rules! resource {
-    ($t:ty, $kind:literal, $plural:literal, $scope:ty) => {
-        impl Resource for $t {
-            type DynamicType = ();
-            type Scope = $scope;
-            fn kind(_: &()) -> Cow<'_, str> {
-                $kind.into()
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                "".into()
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                "v1".into()
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                $plural.into()
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-resource!(SlimPod, "Pod", "pods", k8s_openapi::NamespaceResourceScope);
-resource!(
+ferry_kubeclient::pod_resource!(SlimPod);
+ferry_kubeclient::core_v1_resource!(
     SlimNamespace,
     "Namespace",
     "namespaces",
-    k8s_openapi::ClusterResourceScope
+    ClusterResourceScope
 );
-resource!(SlimNode, "Node", "nodes", k8s_openapi::ClusterResourceScope);
+ferry_kubeclient::core_v1_resource!(SlimNode, "Node", "nodes", ClusterResourceScope);
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use kube::Resource;
     use serde_json::{Value, json};
 
     fn pods() -> Vec<Value> {

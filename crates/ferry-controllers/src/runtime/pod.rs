@@ -18,12 +18,10 @@
 //! * status: phase, reason, conditions, podIP(s), startTime, container statuses' name,
 //!   ready, restartCount and terminated state (exit code, reason, finish time).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::Resource;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -259,28 +257,7 @@ fn kept_annotations<'de, D: Deserializer<'de>>(
     d.deserialize_option(V)
 }
 
-impl Resource for SlimPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+ferry_kubeclient::pod_resource!(SlimPod);
 
 impl SlimPod {
     /// The projection of a full Pod (the same result as decoding its JSON).
