@@ -81,7 +81,7 @@ fn seed_002_hostnames_demo() {
         .to_string();
     let vip: SocketAddr = format!("{ip}:80").parse().expect("addr");
     assert!(
-        eventually(10, || http_get(vip).is_ok()),
+        eventually(60, || http_get(vip).is_ok()),
         "the Service never answered on {vip}"
     );
     let names: HashSet<String> = (0..3)
@@ -209,7 +209,7 @@ fn seed_002_hostnames_demo() {
         .to_string();
     let t = Instant::now();
     f.k("kubectl", &["delete", "pod", &victim_name, "--wait=false"]);
-    assert!(eventually(10, || !ready_addresses(&f, "hostnames")
+    assert!(eventually(60, || !ready_addresses(&f, "hostnames")
         .contains(&victim_ip)));
     let gone = t.elapsed();
     eprintln!("pod delete -> out of the endpoints: {gone:?} (incl. kubectl start-up)");
@@ -260,7 +260,7 @@ fn service_topology_keys_route_through_the_proxy() {
         .expect("addr");
     // Same host name as this node: served.
     assert!(
-        eventually(10, || http_get(vip).is_ok()),
+        eventually(60, || http_get(vip).is_ok()),
         "not served with kubernetes.io/hostname"
     );
     // A key this node does not carry, and no "*": refused.
@@ -283,7 +283,7 @@ fn service_topology_keys_route_through_the_proxy() {
         &["patch", "svc", "topo", "--type=merge", "-p", patch],
     );
     assert!(
-        eventually(10, || http_get(vip).is_ok()),
+        eventually(60, || http_get(vip).is_ok()),
         "not served with \"*\""
     );
 }

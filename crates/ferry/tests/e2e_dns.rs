@@ -94,7 +94,7 @@ fn services_resolve_over_udp_and_tcp() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut latency = None;
-    while created.elapsed() < Duration::from_secs(10) {
+    while created.elapsed() < Duration::from_secs(60) {
         if dig(dns.port, &["web.default.svc.cluster.local", "A"]) == vip {
             latency = Some(created.elapsed());
             break;
@@ -125,7 +125,7 @@ fn services_resolve_over_udp_and_tcp() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ok = common::eventually(10, || {
+    let ok = common::eventually(60, || {
         dig(dns.port, &["db.default.svc.cluster.local", "A"]) == "10.244.0.5"
     });
     assert!(
@@ -139,7 +139,7 @@ fn services_resolve_over_udp_and_tcp() {
     );
     // Deleting the Service removes the name (NXDOMAIN -> empty +short).
     f.k("kubectl", &["delete", "svc", "web"]);
-    assert!(common::eventually(10, || dig(
+    assert!(common::eventually(60, || dig(
         dns.port,
         &["web.default.svc.cluster.local", "A"]
     )

@@ -93,7 +93,7 @@ fn statefulset_dns_rollout_and_drain_with_pdb() {
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     };
     assert!(
-        eventually(30, || dig() == ip0),
+        eventually(60, || dig() == ip0),
         "dig {name}: {:?} != {ip0}",
         dig()
     );
@@ -290,7 +290,7 @@ fn jobs_cronjob_gc_and_namespace_deletion() {
         "{table}"
     );
     // Its pod is released (no job-tracking finalizer left).
-    assert!(eventually(30, || {
+    assert!(eventually(60, || {
         let p = get_json(&f, &["get", "pods", "-l", "job-name=ok", "-o", "json"]);
         p["items"].as_array().is_some_and(|a| {
             a.len() == 1

@@ -855,7 +855,7 @@ spec:
         );
     }
     assert!(
-        eventually(10, || !Path::new(&format!("/run/netns/{}", c.node_ns(1)))
+        eventually(60, || !Path::new(&format!("/run/netns/{}", c.node_ns(1)))
             .exists()),
         "node namespaces removed"
     );

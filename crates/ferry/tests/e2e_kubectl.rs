@@ -375,9 +375,17 @@ fn delete_with_each_cascade() {
 
 #[test]
 fn watch_and_wait() {
+    use std::io::BufRead;
+    use std::sync::{Arc, Mutex};
     let f = Ferry::start();
     let kc = f.kubeconfig.clone();
     let cache = f.dir.path().join("kcache-w");
+    // A ConfigMap the watch lists first: once it is printed, the watch is established (no fixed
+    // sleep that a loaded machine outruns).
+    f.k(
+        "kubectl",
+        &["create", "configmap", "w0", "--from-literal=a=b"],
+    );
     let mut child = std::process::Command::new("kubectl")
         .env("KUBECONFIG", &kc)
         .args(["--cache-dir"])
@@ -387,30 +395,56 @@ fn watch_and_wait() {
             "cm",
             "-w",
             "--output-watch-events",
-            "--request-timeout=30s",
+            "--request-timeout=120s",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("kubectl -w");
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let seen = Arc::new(Mutex::new(String::new()));
+    let reader = {
+        let seen = seen.clone();
+        let out = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(mut s) = seen.lock() {
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            }
+        })
+    };
+    let text = || seen.lock().map(|s| s.clone()).unwrap_or_default();
+    let has = |event: &str, name: &str| {
+        text()
+            .lines()
+            .any(|l| l.starts_with(event) && l.split_whitespace().nth(1) == Some(name))
+    };
+    assert!(
+        eventually(60, || has("ADDED", "w0")),
+        "the watch never listed w0:\n{}",
+        text()
+    );
     f.k(
         "kubectl",
         &["create", "configmap", "w1", "--from-literal=a=b"],
     );
     f.k("kubectl", &["label", "cm", "w1", "x=y"]);
     f.k("kubectl", &["delete", "cm", "w1"]);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let all = eventually(60, || {
+        ["ADDED", "MODIFIED", "DELETED"]
+            .iter()
+            .all(|ev| has(ev, "w1"))
+    });
     let _ = child.kill();
     let out = child.wait_with_output().expect("output");
-    let text = stdout(&out);
-    for ev in ["ADDED", "MODIFIED", "DELETED"] {
-        assert!(
-            text.contains(ev),
-            "missing {ev} in:\n{text}\n{}",
-            stderr(&out)
-        );
-    }
+    let _ = reader.join();
+    assert!(
+        all,
+        "missing ADDED, MODIFIED or DELETED of w1 in:\n{}\n{}",
+        text(),
+        stderr(&out)
+    );
     // wait --for=condition on a pod whose status is patched later.
     f.k_stdin("kubectl", &["create", "-f", "-"], "apiVersion: v1\nkind: Pod\nmetadata:\n  name: slow\nspec:\n  containers:\n  - name: c\n    image: busybox\n");
     let kc2 = kc.clone();
@@ -547,7 +581,7 @@ fn typed_create_generators_send_protobuf() {
         ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
         "pbns"
     );
-    assert!(eventually(5, || f
+    assert!(eventually(60, || f
         .kubectl(&["get", "ns", "pbns"])
         .status
         .success()));

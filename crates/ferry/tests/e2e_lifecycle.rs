@@ -124,7 +124,7 @@ fn deployment_rollout_scale_restart_and_cascades() {
     // Restart: a new ReplicaSet takes over.
     f.k("kubectl", &["rollout", "restart", "deployment/web"]);
     rollout_status(&f, "web", "app=web");
-    assert!(eventually(20, || {
+    assert!(eventually(60, || {
         let rs = items(&f, &["rs", "-l", "app=web"]);
         rs.len() == 2
             && rs.iter().any(|r| {
@@ -145,7 +145,7 @@ fn deployment_rollout_scale_restart_and_cascades() {
         "--timeout=30s",
     ]);
     assert!(o.status.success(), "{}", out(&o));
-    assert!(eventually(20, || items(&f, &["rs,pods", "-l", "app=web"]).is_empty()));
+    assert!(eventually(60, || items(&f, &["rs,pods", "-l", "app=web"]).is_empty()));
     assert!(!f.kubectl(&["get", "deployment", "web"]).status.success());
 
     // Background.
@@ -159,11 +159,11 @@ fn deployment_rollout_scale_restart_and_cascades() {
             "--replicas=2",
         ],
     );
-    assert!(eventually(20, || items(&f, &["pods", "-l", "app=bg"])
+    assert!(eventually(60, || items(&f, &["pods", "-l", "app=bg"])
         .len()
         == 2));
     f.k("kubectl", &["delete", "deployment", "bg"]);
-    assert!(eventually(20, || items(&f, &["rs,pods", "-l", "app=bg"]).is_empty()));
+    assert!(eventually(60, || items(&f, &["rs,pods", "-l", "app=bg"]).is_empty()));
 
     // Orphan: the ReplicaSet and its pods stay, without the owner reference.
     f.k(
@@ -176,7 +176,7 @@ fn deployment_rollout_scale_restart_and_cascades() {
             "--replicas=2",
         ],
     );
-    assert!(eventually(20, || items(&f, &["pods", "-l", "app=or"])
+    assert!(eventually(60, || items(&f, &["pods", "-l", "app=or"])
         .len()
         == 2));
     let o = f.kubectl(&[
@@ -187,7 +187,7 @@ fn deployment_rollout_scale_restart_and_cascades() {
         "--timeout=30s",
     ]);
     assert!(o.status.success(), "{}", out(&o));
-    assert!(eventually(20, || !f
+    assert!(eventually(60, || !f
         .kubectl(&["get", "deployment", "or"])
         .status
         .success()));
@@ -234,10 +234,10 @@ fn namespace_deletion_and_cluster_cidr_config() {
             "--from-literal=a=b",
         ],
     );
-    assert!(eventually(20, || items(&f, &["pods", "-n", "gone"]).len() == 2));
+    assert!(eventually(60, || items(&f, &["pods", "-n", "gone"]).len() == 2));
     let o = f.kubectl(&["delete", "namespace", "gone", "--timeout=60s"]);
     assert!(o.status.success(), "{}\n{}", out(&o), f.log());
-    assert!(eventually(20, || !f
+    assert!(eventually(60, || !f
         .kubectl(&["get", "ns", "gone"])
         .status
         .success()));
@@ -260,7 +260,7 @@ fn namespace_deletion_and_cluster_cidr_config() {
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker\n  labels:\n    rack: rack1\n";
     let o = f.k_stdin("kubectl", &["create", "-f", "-"], node);
     assert!(o.status.success(), "{}", out(&o));
-    assert!(eventually(20, || {
+    assert!(eventually(60, || {
         let n = json(&f.k("kubectl", &["get", "node", "worker", "-o", "json"]));
         n["spec"]["podCIDRs"] == serde_json::json!(["10.40.0.0/24", "fd00:40::/120"])
     }));

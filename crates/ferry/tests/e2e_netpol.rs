@@ -119,7 +119,7 @@ fn loopback_warnings_and_explain() {
         f.log()
     );
     // `ferry up` said it once.
-    assert!(eventually(10, || f
+    assert!(eventually(60, || f
         .log()
         .contains("is not enforced on the loopback pod network")));
     assert_eq!(
@@ -516,7 +516,7 @@ fn enforced_on_the_netns_pod_network() {
     assert!(out.status.success());
     for who in ["client", "other"] {
         assert!(
-            eventually(10, || up.probe(who, &pod_url) != "200"),
+            eventually(60, || up.probe(who, &pod_url) != "200"),
             "{who} still reaches web"
         );
     }
@@ -526,7 +526,7 @@ fn enforced_on_the_netns_pod_network() {
     // the rules see the pod after translation: e2e_netpol_matrix shows that case.)
     let out = up.kubectl(&["apply", "-f", "-"], Some(DENY_THEN_ALLOW[1]));
     assert!(out.status.success());
-    assert!(eventually(10, || up.probe("client", &pod_url) == "200"));
+    assert!(eventually(60, || up.probe("client", &pod_url) == "200"));
     assert_ne!(up.probe("other", &pod_url), "200");
     // Enforced: no "not enforced" warnings here.
     let out = up.kubectl(

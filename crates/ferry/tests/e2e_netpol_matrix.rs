@@ -832,7 +832,7 @@ fn netpol_matrix_on_three_nodes() {
             let from = Peer { ns: "x", pod: "a" };
             let name = "dns:kubernetes.default.svc.cluster.local".to_string();
             assert!(
-                eventually(20, || w
+                eventually(60, || w
                     .probe(&up, from, std::slice::from_ref(&name))
                     .get(&name)
                     .copied()
@@ -874,11 +874,11 @@ fn netpol_matrix_on_three_nodes() {
         "  podSelector: {matchLabels: {pod: a}}\n  ingress:\n  - from:\n    - podSelector: {matchLabels: {pod: b}}",
     ));
     assert!(
-        eventually(15, || !via_service("x/c")),
+        eventually(60, || !via_service("x/c")),
         "x/c still reaches x/a through its Service"
     );
     assert!(
-        eventually(15, || via_service("x/b")),
+        eventually(60, || via_service("x/b")),
         "x/b no longer reaches x/a through its Service"
     );
     println!("Service traffic after translation: x/b -> s-a allowed, x/c -> s-a denied");
@@ -960,7 +960,7 @@ fn netpol_matrix_on_three_nodes() {
         &[w.target(Peer { ns: "x", pod: "a" }, 80, "TCP", false)],
     );
     assert!(
-        eventually(10, || {
+        eventually(60, || {
             let r = w.probe(
                 &up,
                 x_c,
@@ -1001,7 +1001,7 @@ fn netpol_matrix_on_three_nodes() {
     );
     let mut text = String::new();
     assert!(
-        eventually(20, || {
+        eventually(60, || {
             text = scrape();
             value(&text, &denied) > 0 && value(&text, &allowed) > 0
         }),

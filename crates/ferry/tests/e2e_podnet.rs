@@ -746,7 +746,7 @@ spec:
     let dir = c.dir.path().display().to_string();
     c.sigterm();
     assert!(
-        eventually(10, || namespaces(&prefix).is_empty()
+        eventually(60, || namespaces(&prefix).is_empty()
             && processes(&dir).is_empty()),
         "left behind: {:?} {:?}",
         namespaces(&prefix),
@@ -794,7 +794,7 @@ fn kill9_then_restart_leaves_nothing_behind() {
     assert_eq!(pod_veths(&format!("{prefix}node1")), 1);
     c.sigterm();
     assert!(
-        eventually(10, || namespaces(&prefix).is_empty()
+        eventually(60, || namespaces(&prefix).is_empty()
             && processes(&dir).is_empty()),
         "left behind: {:?} {:?}",
         namespaces(&prefix),
@@ -1126,7 +1126,7 @@ spec:
         let _ = std::fs::remove_dir(p);
     }
     assert!(
-        eventually(10, || namespaces(&prefix).is_empty()
+        eventually(60, || namespaces(&prefix).is_empty()
             && processes(&dir).is_empty()),
         "left behind: {:?} {:?}",
         namespaces(&prefix),
@@ -1290,7 +1290,7 @@ fn cni_failure_and_exhausted_pod_cidr() {
     );
     c.sigterm();
     assert!(
-        eventually(10, || namespaces(&prefix).is_empty()),
+        eventually(60, || namespaces(&prefix).is_empty()),
         "{:?}",
         namespaces(&prefix)
     );

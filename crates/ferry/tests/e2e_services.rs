@@ -102,7 +102,7 @@ fn every_service_type_with_kubectl() {
         let l = svc(&f, &bin, "lb");
         assert!(l["spec"]["healthCheckNodePort"].as_i64().is_some(), "{l}");
         assert!(
-            eventually(15, || {
+            eventually(60, || {
                 svc(&f, &bin, "lb")["status"]["loadBalancer"]["ingress"][0]["ip"]
                     .as_str()
                     .is_some_and(|ip| ip.starts_with("127.0.0."))
@@ -118,7 +118,7 @@ fn every_service_type_with_kubectl() {
         assert!(svc(&f, &bin, "en")["spec"]["clusterIP"].is_null());
 
         // Mirrored EndpointSlice for the selectorless Service.
-        assert!(eventually(15, || {
+        assert!(eventually(60, || {
             let s = json(&f.k(
                 &bin,
                 &[
