@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::gc_core::{self, Dependent, OwnerState, Policy, Ref, Verdict};
 use super::graph::{Caches, Watched};
+use super::ns_core;
 use crate::runtime::{self, Action, MetaObject, Reconciler};
 
 /// Upstream's `--concurrent-gc-syncs` and `--concurrent-namespace-syncs` defaults.
@@ -398,6 +399,36 @@ impl Gc {
         )
     }
 
+    /// Writes the namespace's deletion conditions when they change (upstream writes them on
+    /// every pass of its deleter); a failed write is logged, the pass goes on.
+    async fn write_conditions(
+        &self,
+        api: &Api<Namespace>,
+        name: &str,
+        content: &ns_core::Content,
+        errors: &[String],
+    ) {
+        let current = match api.get_opt(name).await {
+            Ok(Some(ns)) => ns.status.and_then(|s| s.conditions).unwrap_or_default(),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::debug!("namespace {name}: reading its conditions: {e}");
+                return;
+            }
+        };
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+        let Some(conditions) = ns_core::update_conditions(&current, content, errors, &now) else {
+            return;
+        };
+        let patch = json!({"status": {"conditions": conditions}});
+        if let Err(e) = api
+            .patch_status(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!("namespace {name}: writing its conditions: {e}");
+        }
+    }
+
     async fn terminate_namespace(&self, ns: &MetaObject) -> Result<Action, GcError> {
         let name = ns.name_any();
         let api: Api<Namespace> = Api::all(self.client.clone());
@@ -413,8 +444,7 @@ impl Gc {
             .filter_map(|u| self.item(u))
             .filter(|o| self.watched(o).namespaced)
             .collect();
-        let remaining = members.len();
-        runtime::execute_all(
+        let deleted = runtime::execute_all(
             members.iter().filter(|o| !o.deleting()).collect(),
             |o| async move {
                 ignore_gone(
@@ -424,10 +454,24 @@ impl Gc {
                 )
             },
         )
-        .await?;
-        if remaining > 0 {
-            // Each member's deletion requeues the namespace.
-            return Ok(Action::Done);
+        .await;
+        if !members.is_empty() {
+            let mut content = ns_core::Content::default();
+            for o in &members {
+                let w = self.watched(o);
+                content.add(&w.ar.plural, &w.ar.group, o.finalizers());
+            }
+            let errors: Vec<String> = deleted
+                .as_ref()
+                .err()
+                .map(|e| e.to_string())
+                .into_iter()
+                .collect();
+            self.write_conditions(&api, &name, &content, &errors).await;
+            deleted?;
+            // Each member's deletion requeues the namespace; the recheck is upstream's
+            // estimate-based requeue, in case a change never arrives.
+            return Ok(Action::RequeueAfter(ns_core::RECHECK));
         }
         // What the collectors do not watch (Events) goes by collection.
         for ar in self.caches.unwatched.iter() {
@@ -437,23 +481,43 @@ impl Gc {
                     .await,
             )?;
         }
-        // Confirm emptiness against the API server, not the informers.
-        let unwatched = self
-            .caches
-            .unwatched
-            .iter()
-            .map(|ar| Api::<DynamicObject>::namespaced_with(self.client.clone(), &name, ar));
+        // Confirm emptiness against the API server, not the informers; what the informers
+        // missed is deleted here (upstream's deleter lists and deletes every resource).
+        let unwatched = self.caches.unwatched.iter().map(|ar| {
+            (
+                ar.clone(),
+                Api::<DynamicObject>::namespaced_with(self.client.clone(), &name, ar),
+            )
+        });
         let watched = self
             .caches
             .resources
             .iter()
             .filter(|w| w.namespaced)
-            .map(|w| w.api(&self.client, Some(&name)));
-        for api in watched.chain(unwatched) {
-            let l = api.list_metadata(&ListParams::default().limit(1)).await?;
-            if !l.items.is_empty() {
-                return Err(GcError::ContentRemaining(name));
+            .map(|w| (w.ar.clone(), w.api(&self.client, Some(&name))));
+        let mut content = ns_core::Content::default();
+        let mut errors = Vec::new();
+        for (ar, rapi) in watched.chain(unwatched) {
+            let l = rapi.list_metadata(&ListParams::default()).await?;
+            for o in &l.items {
+                content.add(
+                    &ar.plural,
+                    &ar.group,
+                    o.metadata.finalizers.as_deref().unwrap_or(&[]),
+                );
+                if o.metadata.deletion_timestamp.is_none() {
+                    let r = rapi
+                        .delete(&o.name_any(), &delete_params(Policy::Background))
+                        .await;
+                    if let Err(e) = ignore_gone(r) {
+                        errors.push(format!("{} \"{}\": {e}", ar.plural, o.name_any()));
+                    }
+                }
             }
+        }
+        self.write_conditions(&api, &name, &content, &errors).await;
+        if !content.is_empty() {
+            return Err(GcError::ContentRemaining(name));
         }
         let Some(mut cur) = api.get_opt(&name).await? else {
             return Ok(Action::Done);

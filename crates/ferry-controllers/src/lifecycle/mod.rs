@@ -7,6 +7,7 @@ pub mod gc_core;
 pub mod graph;
 pub mod ipam;
 pub mod ipam_core;
+pub mod ns_core;
 pub mod podgc;
 pub mod scheduler;
 pub mod scheduler_core;
