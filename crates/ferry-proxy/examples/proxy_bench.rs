@@ -34,11 +34,12 @@ async fn main() {
                 args[2].parse().unwrap(),
                 args[3].parse().unwrap(),
                 args[4].parse().unwrap(),
+                args.get(5).map_or("both", String::as_str),
             )
             .await
         }
         _ => eprintln!(
-            "usage: proxy_bench backend ADDR | ferry FRONT BACKEND | load ADDR SECONDS CONNS"
+            "usage: proxy_bench backend ADDR | ferry FRONT BACKEND | load ADDR SECONDS CONNS [stream|conn|both]"
         ),
     }
 }
@@ -142,16 +143,35 @@ async fn ferry(front: SocketAddr, back: SocketAddr) {
         &BTreeMap::new(),
         &NodeContext::default(),
     );
-    let mut dp = Dataplane::new(DataplaneConfig::default(), CancellationToken::new());
+    // PROXY_SPLICE=0: bulk transfers through buffers only (to compare).
+    let cfg = DataplaneConfig {
+        splice: std::env::var("PROXY_SPLICE").map_or(true, |v| v != "0"),
+        ..DataplaneConfig::default()
+    };
+    let mut dp = Dataplane::new(cfg, CancellationToken::new());
     let r = dp.apply(&t);
     assert!(r.failed.is_empty(), "{:?}", r.failed);
     eprintln!("ferry proxy: {front} -> {back}");
     std::future::pending::<()>().await;
 }
 
-async fn load(addr: SocketAddr, secs: f64, conns: usize) {
+async fn load(addr: SocketAddr, secs: f64, conns: usize, phases: &str) {
     let dur = Duration::from_secs_f64(secs);
-    // Throughput.
+    let gbps = if phases == "conn" {
+        0.0
+    } else {
+        stream(addr, dur, conns).await
+    };
+    let (cps, errors) = if phases == "stream" {
+        (0.0, 0)
+    } else {
+        connections(addr, dur, conns).await
+    };
+    println!("gbps={gbps:.2} cps={cps:.0} errors={errors}");
+}
+
+/// CONNS parallel streams for `dur`: Gbit/s.
+async fn stream(addr: SocketAddr, dur: Duration, conns: usize) -> f64 {
     let bytes = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -178,8 +198,11 @@ async fn load(addr: SocketAddr, secs: f64, conns: usize) {
     for t in tasks {
         let _ = t.await;
     }
-    let gbps = bytes.load(Ordering::Relaxed) as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9;
-    // Connections per second.
+    bytes.load(Ordering::Relaxed) as f64 * 8.0 / start.elapsed().as_secs_f64() / 1e9
+}
+
+/// CONNS parallel connect/1-byte/close loops for `dur`: connections/s and errors.
+async fn connections(addr: SocketAddr, dur: Duration, conns: usize) -> (f64, u64) {
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -208,8 +231,5 @@ async fn load(addr: SocketAddr, secs: f64, conns: usize) {
         let _ = t.await;
     }
     let cps = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
-    println!(
-        "gbps={gbps:.2} cps={cps:.0} errors={}",
-        errors.load(Ordering::Relaxed)
-    );
+    (cps, errors.load(Ordering::Relaxed))
 }

@@ -19,7 +19,9 @@
 //! `TCP_NODELAY` before `connect` and keepalive only if it lives past [`KEEPALIVE_AFTER`], and
 //! a successful connect is read from epoll's readiness without `getsockopt(SO_ERROR)`: a short
 //! connection costs one socket option call after accept.
-//! `splice(2)` would avoid the copy through user space; it is the next step for throughput.
+//! A direction whose read fills a whole buffer is a bulk transfer: it switches to `splice(2)`
+//! through a pooled pipe (held only while data is in flight, at most [`SPLICE_PIPES`] open),
+//! so the proxy no longer copies the stream's bytes through user space.
 //!
 //! Limits (so that a flood through one Service cannot starve the process): every proxied TCP
 //! connection and UDP flow holds a permit of one per-process [`ConnLimiter`]
@@ -202,6 +204,9 @@ pub struct DataplaneConfig {
     pub tcp_idle: Option<Duration>,
     /// Concurrent proxied connections and UDP flows of the whole proxy.
     pub max_connections: usize,
+    /// Bulk transfers move through a pipe with `splice(2)` instead of a user-space buffer
+    /// (see [`SPLICE_PIPES`]); off only to compare.
+    pub splice: bool,
 }
 
 impl Default for DataplaneConfig {
@@ -210,6 +215,7 @@ impl Default for DataplaneConfig {
             udp_idle: DEFAULT_UDP_IDLE,
             tcp_idle: Some(DEFAULT_TCP_IDLE),
             max_connections: default_max_connections(),
+            splice: true,
         }
     }
 }
@@ -228,6 +234,7 @@ struct Limits {
     conns: ConnLimiter,
     tcp_idle: Option<Duration>,
     udp_idle: Duration,
+    splice: bool,
 }
 
 /// Outcome of an apply.
@@ -257,6 +264,7 @@ impl Dataplane {
                 conns: ConnLimiter::new("proxy", cfg.max_connections),
                 tcp_idle: cfg.tcp_idle.filter(|d| !d.is_zero()),
                 udp_idle: cfg.udp_idle,
+                splice: cfg.splice,
             }),
             pools: HashMap::new(),
             affine: BTreeSet::new(),
@@ -523,6 +531,7 @@ async fn serve_tcp(
             pool.clone(),
             permit,
             limits.tcp_idle,
+            limits.splice,
         ));
     }
 }
@@ -595,6 +604,7 @@ async fn proxy_tcp(
     pool: Arc<PoolHandle>,
     permit: ConnPermit,
     idle: Option<Duration>,
+    splice: bool,
 ) {
     let _permit = permit;
     let Some((mut backend, picked)) = connect_backend(&pool, peer.ip(), f.ip).await else {
@@ -608,7 +618,7 @@ async fn proxy_tcp(
         }
     }
     let activity = Activity::new();
-    let copy = pump(&client, &backend, &activity);
+    let copy = pump(&client, &backend, &activity, splice);
     // One timer per connection: keepalive on the backend once it outlives a short one, then
     // the idle timeout.
     let watch = async {
@@ -684,15 +694,57 @@ fn give_buf(buf: Vec<u8>) {
     });
 }
 
-/// Copies `src` to `dst` until EOF on `src` (returns the bytes copied) or an error. Holds a
-/// pooled buffer only while data is in flight.
+/// How a buffered copy stopped.
+enum Copied {
+    /// `src` reached EOF.
+    Eof,
+    /// A read filled the whole buffer (and was written out): a bulk transfer, worth a pipe.
+    Bulk,
+}
+
+/// Copies `src` to `dst` until EOF on `src` (returns the bytes copied) or an error.
+///
+/// Every transfer starts with a pooled user-space buffer ([`copy_buffered`]): a short
+/// connection costs no pipe. Once a read fills a whole buffer (a bulk transfer) and `splice`
+/// is on, the data moves through a pipe with `splice(2)` instead ([`copy_spliced`]): the pages
+/// the kernel received are handed to the destination socket without being copied into and out
+/// of the proxy (HAProxy's `option splice-auto` does the same for streams). When no pipe can be
+/// had (see [`SPLICE_PIPES`]) the buffer path carries on.
+async fn copy_half(
+    src: &TcpStream,
+    dst: &TcpStream,
+    activity: &Activity,
+    splice: bool,
+) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        match copy_buffered(src, dst, activity, splice, &mut total).await? {
+            Copied::Eof => return Ok(total),
+            Copied::Bulk => {
+                if let Some(pipe) = Pipe::take()
+                    && let Copied::Eof = copy_spliced(src, dst, activity, pipe, &mut total).await?
+                {
+                    return Ok(total);
+                }
+            }
+        }
+    }
+}
+
+/// The buffered copy: until EOF on `src`, or (when `stop_on_bulk`) until a read fills the
+/// whole buffer. Holds a pooled buffer only while data is in flight.
 ///
 /// When the readiness that woke the read already says the peer has finished (`EPOLLRDHUP`
 /// without an error) and the read drained the socket, the data is the last there is: it is
 /// sent with `MSG_MORE` and EOF returned at once, so the caller's half-close puts the FIN in the
 /// same segment as the data (as HAProxy does) and the read that would return 0 is skipped.
-async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std::io::Result<u64> {
-    let mut total = 0u64;
+async fn copy_buffered(
+    src: &TcpStream,
+    dst: &TcpStream,
+    activity: &Activity,
+    stop_on_bulk: bool,
+    total: &mut u64,
+) -> std::io::Result<Copied> {
     let mut buf: Option<Vec<u8>> = None;
     // The peer's FIN has arrived (as of the last readiness seen).
     let mut fin = false;
@@ -729,7 +781,7 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
             if let Some(b) = buf.take() {
                 give_buf(b);
             }
-            return Ok(total);
+            return Ok(Copied::Eof);
         }
         activity.touch();
         // A short read after the FIN: nothing follows but EOF.
@@ -758,12 +810,12 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
                 Err(e) => return Err(e),
             }
         }
-        total += n as u64;
+        *total += n as u64;
         if last {
             if let Some(b) = buf.take() {
                 give_buf(b);
             }
-            return Ok(total);
+            return Ok(Copied::Eof);
         }
         if n < b.len() {
             // A short read means the socket had no more (tokio's own `poll_read` assumes the
@@ -775,7 +827,171 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
             let _ = src.try_io(Interest::READABLE, || {
                 Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
             });
+        } else if stop_on_bulk {
+            if let Some(b) = buf.take() {
+                give_buf(b);
+            }
+            return Ok(Copied::Bulk);
         }
+    }
+}
+
+/// Pipes open at once in the whole process (pooled ones included): each holds two
+/// descriptors beyond the two sockets a connection is budgeted for
+/// ([`ferry_limits::plan`]), so they come out of the budget's reserve; beyond this many
+/// concurrent bulk transfers, the rest use buffers.
+pub const SPLICE_PIPES: usize = 64;
+/// The capacity asked for each pipe (`F_SETPIPE_SZ`): one `splice` moves up to this much.
+const PIPE_SIZE: usize = 256 * 1024;
+/// Empty pipes kept per thread for reuse.
+const POOLED_PIPES: usize = 8;
+
+static PIPES_OPEN: AtomicUsize = AtomicUsize::new(0);
+/// Bytes moved by `splice` since the process started (diagnostics and tests).
+static SPLICED: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes the TCP data path moved through pipes (`splice`) rather than buffers.
+pub fn spliced_bytes() -> u64 {
+    SPLICED.load(Ordering::Relaxed)
+}
+
+/// A pipe for splicing, counted against [`SPLICE_PIPES`] while open.
+struct Pipe {
+    r: rustix::fd::OwnedFd,
+    w: rustix::fd::OwnedFd,
+}
+
+thread_local! {
+    static PIPES: std::cell::RefCell<Vec<Pipe>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Pipe {
+    /// An empty pipe from this thread's pool or a new one; `None` at the cap or when the
+    /// process is out of descriptors.
+    fn take() -> Option<Pipe> {
+        if let Some(p) = PIPES.with(|p| p.borrow_mut().pop()) {
+            return Some(p);
+        }
+        if PIPES_OPEN.fetch_add(1, Ordering::Relaxed) >= SPLICE_PIPES {
+            PIPES_OPEN.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        match rustix::pipe::pipe_with(
+            rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC,
+        ) {
+            Ok((r, w)) => {
+                // A larger pipe moves more per call; the default (64 KiB) still works.
+                let _ = rustix::pipe::fcntl_setpipe_size(&w, PIPE_SIZE);
+                Some(Pipe { r, w })
+            }
+            Err(e) => {
+                PIPES_OPEN.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(error = %e, "no pipe for splicing; copying through a buffer");
+                None
+            }
+        }
+    }
+
+    /// Hands an empty pipe back to this thread's pool (or closes it).
+    fn give(self) {
+        PIPES.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < POOLED_PIPES {
+                p.push(self);
+            }
+        });
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPES_OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The spliced copy: `src` -> pipe -> `dst`, each chunk drained before the next is read (so an
+/// `EAGAIN` from the first splice always means the socket is empty, never a full pipe). Holds
+/// the pipe only while data is in flight, as [`copy_buffered`] holds its buffer; returns
+/// [`Copied::Bulk`] when the source went quiet and no pipe is left to resume with.
+async fn copy_spliced(
+    src: &TcpStream,
+    dst: &TcpStream,
+    activity: &Activity,
+    pipe: Pipe,
+    total: &mut u64,
+) -> std::io::Result<Copied> {
+    use rustix::pipe::{SpliceFlags, splice};
+    let mut pipe = Some(pipe);
+    loop {
+        let p = match pipe.as_ref() {
+            Some(p) => p,
+            None => {
+                src.readable().await?;
+                match Pipe::take() {
+                    Some(p) => pipe.insert(p),
+                    None => return Ok(Copied::Bulk),
+                }
+            }
+        };
+        let r = src.try_io(Interest::READABLE, || {
+            splice(
+                src,
+                None,
+                &p.w,
+                None,
+                PIPE_SIZE,
+                SpliceFlags::NONBLOCK | SpliceFlags::MOVE,
+            )
+            .map_err(std::io::Error::from)
+        });
+        let n = match r {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // Drained (the pipe is empty): it goes back to the pool while we wait.
+                if let Some(p) = pipe.take() {
+                    p.give();
+                }
+                continue;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                if let Some(p) = pipe.take() {
+                    p.give();
+                }
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            if let Some(p) = pipe.take() {
+                p.give();
+            }
+            return Ok(Copied::Eof);
+        }
+        activity.touch();
+        let mut left = n;
+        while left > 0 {
+            let r = dst.try_io(Interest::WRITABLE, || {
+                splice(
+                    &p.r,
+                    None,
+                    dst,
+                    None,
+                    left,
+                    SpliceFlags::NONBLOCK | SpliceFlags::MOVE,
+                )
+                .map_err(std::io::Error::from)
+            });
+            match r {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(w) => left -= w,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => dst.writable().await?,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // The pipe still holds data: it is closed (dropped), not pooled.
+                Err(e) => return Err(e),
+            }
+        }
+        *total += n as u64;
+        SPLICED.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -783,9 +999,14 @@ async fn copy_half(src: &TcpStream, dst: &TcpStream, activity: &Activity) -> std
 /// either fails. The first direction to end half-closes its destination (the peer learns that
 /// no more data comes, the other direction keeps flowing); the caller's drop of both sockets
 /// then closes them, which sends the remaining FIN without a second `shutdown`.
-async fn pump(client: &TcpStream, backend: &TcpStream, activity: &Activity) -> std::io::Result<()> {
-    let up = copy_half(client, backend, activity);
-    let down = copy_half(backend, client, activity);
+async fn pump(
+    client: &TcpStream,
+    backend: &TcpStream,
+    activity: &Activity,
+    splice: bool,
+) -> std::io::Result<()> {
+    let up = copy_half(client, backend, activity, splice);
+    let down = copy_half(backend, client, activity, splice);
     tokio::pin!(up, down);
     tokio::select! {
         r = &mut up => {
@@ -979,7 +1200,7 @@ mod tests {
         let (backend, server) = pair(&l).await;
         let task = tokio::spawn(async move {
             let activity = Activity::new();
-            pump(&client, &backend, &activity).await
+            pump(&client, &backend, &activity, true).await
         });
         (user, server, task)
     }
@@ -1017,7 +1238,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let task = tokio::spawn(async move {
             let activity = Activity::new();
-            pump(&client, &backend, &activity).await
+            pump(&client, &backend, &activity, true).await
         });
         let mut got = Vec::new();
         server.read_to_end(&mut got).await.unwrap();
@@ -1027,6 +1248,66 @@ mod tests {
         let mut got = Vec::new();
         user.read_to_end(&mut got).await.unwrap();
         assert_eq!(got, b"reply");
+        task.await.unwrap().unwrap();
+    }
+
+    /// Bulk both ways at once goes through pipes (spliced bytes grow), arrives whole and in
+    /// order, and every pipe is back in a pool or closed afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bulk_transfers_are_spliced_whole() {
+        let (user, server, task) = proxied().await;
+        let before = spliced_bytes();
+        let up = pattern(3_000_000, 11);
+        let down = pattern(5_000_000, 13);
+        let (mut ur, mut uw) = user.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        let (u2, d2) = (up.clone(), down.clone());
+        let w1 = tokio::spawn(async move {
+            uw.write_all(&u2).await.unwrap();
+            uw.shutdown().await.unwrap();
+        });
+        let w2 = tokio::spawn(async move {
+            sw.write_all(&d2).await.unwrap();
+            sw.shutdown().await.unwrap();
+        });
+        let (mut got_up, mut got_down) = (Vec::new(), Vec::new());
+        let (a, b) = tokio::join!(sr.read_to_end(&mut got_up), ur.read_to_end(&mut got_down));
+        a.unwrap();
+        b.unwrap();
+        w1.await.unwrap();
+        w2.await.unwrap();
+        task.await.unwrap().unwrap();
+        assert!(got_up == up, "{} of {} bytes up", got_up.len(), up.len());
+        assert!(
+            got_down == down,
+            "{} of {} bytes down",
+            got_down.len(),
+            down.len()
+        );
+        // Other tests splice concurrently, so only a lower bound holds: most of the bytes
+        // of both directions (all but the first buffer-sized reads) went through pipes.
+        let spliced = spliced_bytes() - before;
+        assert!(spliced >= 6_000_000, "only {spliced} bytes spliced");
+        assert!(PIPES_OPEN.load(Ordering::Relaxed) <= SPLICE_PIPES);
+    }
+
+    /// With splicing off the same transfer moves through buffers.
+    #[tokio::test]
+    async fn buffered_copy_without_splice() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (mut user, client) = pair(&l).await;
+        let (backend, mut server) = pair(&l).await;
+        let task = tokio::spawn(async move {
+            let activity = Activity::new();
+            pump(&client, &backend, &activity, false).await
+        });
+        let reply = pattern(2_000_000, 17);
+        server.write_all(&reply).await.unwrap();
+        drop(server);
+        let mut got = Vec::new();
+        user.read_to_end(&mut got).await.unwrap();
+        assert!(got == reply, "{} of {} bytes", got.len(), reply.len());
+        drop(user);
         task.await.unwrap().unwrap();
     }
 

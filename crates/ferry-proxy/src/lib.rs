@@ -307,6 +307,7 @@ pub async fn start(
             udp_idle: args.udp_timeout,
             tcp_idle: Some(args.tcp_idle_timeout).filter(|d| !d.is_zero()),
             max_connections,
+            splice: true,
         },
         cancel.child_token(),
     );
