@@ -16,12 +16,14 @@ use crate::request::{Query, ResourcePath, Want};
 use crate::rv;
 use crate::status::{ApiError, success_status};
 use crate::table;
+use retry::{Attempt, Outcome, update_with_retry};
 
 mod binding;
 pub mod deletion;
 mod filter;
 mod list;
 mod namespace;
+mod retry;
 pub mod strategy;
 #[cfg(test)]
 mod tests;
@@ -859,13 +861,8 @@ impl Api {
         let name = p.name.clone().unwrap_or_default();
         let opts = DeleteOptions::parse(q, body.as_ref())?;
         let key = res.key(p.namespace.as_deref(), &name);
-        for _attempt in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Err(ApiError::not_found(info, &name));
-            };
-            let mut obj: Value =
-                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
-            set_resource_version(&mut obj, kv.mod_revision);
+        let decide = |mut obj: Value, rev: i64| {
+            set_resource_version(&mut obj, rev);
             if let Some(uid) = &opts.precondition_uid
                 && uid != objects::uid(&obj)
             {
@@ -880,14 +877,14 @@ impl Api {
                 ));
             }
             if let Some(rv) = &opts.precondition_rv
-                && rv != &kv.mod_revision.to_string()
+                && rv != &rev.to_string()
             {
                 return Err(ApiError::conflict_msg(
                     info,
                     &name,
                     &format!(
                         "Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in object meta: {}",
-                        rv, kv.mod_revision
+                        rv, rev
                     ),
                 ));
             }
@@ -907,16 +904,13 @@ impl Api {
             let (finalizers, code) = match plan {
                 deletion::DeletePlan::Remove => {
                     if opts.dry_run {
-                        return Ok(delete_reply(info, &obj, true));
+                        return Ok(Attempt::Answer(delete_reply(info, &obj, true)));
                     }
-                    let Some(rev) = self.remove(res, &key, kv.mod_revision, &obj, &name).await?
-                    else {
-                        continue;
-                    };
-                    set_resource_version(&mut obj, rev);
-                    return Ok(delete_reply(info, &obj, true));
+                    return Ok(Attempt::Remove(obj, 200));
                 }
-                deletion::DeletePlan::Unchanged { code } => return Ok(Reply::json(code, &obj)),
+                deletion::DeletePlan::Unchanged { code } => {
+                    return Ok(Attempt::Answer(Reply::json(code, &obj)));
+                }
                 deletion::DeletePlan::Mark {
                     finalizers,
                     grace,
@@ -942,23 +936,18 @@ impl Api {
             };
             objects::set_finalizers(&mut obj, &finalizers);
             if opts.dry_run {
-                return Ok(Reply::json(200, &obj));
+                return Ok(Attempt::Answer(Reply::json(200, &obj)));
             }
-            let bytes = Bytes::from(
-                serde_json::to_vec(&obj).map_err(|e| ApiError::internal(e.to_string()))?,
-            );
-            let Some(nkv) = cas(
-                self.store.update(&key, bytes, kv.mod_revision).await,
-                info,
-                &name,
-            )?
-            else {
-                continue;
-            };
-            set_resource_version(&mut obj, nkv.mod_revision);
-            return Ok(Reply::json(code, &obj));
+            Ok(Attempt::Update(obj, code))
+        };
+        match update_with_retry(self.store.as_ref(), info, &key, &name, decide).await? {
+            Outcome::Answered(reply) => Ok(reply),
+            Outcome::Updated(obj, code) => Ok(Reply::json(code, &obj)),
+            Outcome::Removed(obj, _) => {
+                res.rest().after_remove(self, &obj).await;
+                Ok(delete_reply(info, &obj, true))
+            }
         }
-        Err(ApiError::conflict(info, &name))
     }
 
     pub async fn delete_collection(

@@ -1,10 +1,10 @@
 //! A Pod's `/binding` subresource (upstream's `BindingREST`): the scheduler assigns a pod to a
 //! node once.
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{Api, ApiResult, Reply, Resource, cas};
+use super::retry::{Attempt, Outcome, update_with_retry};
+use super::{Api, ApiResult, Reply, Resource};
 use crate::objects;
 use crate::request::{Query, ResourcePath};
 use crate::status::ApiError;
@@ -37,12 +37,7 @@ impl Api {
             ));
         }
         let key = res.key(p.namespace.as_deref(), &name);
-        for _ in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Err(ApiError::not_found(info, &name));
-            };
-            let mut v: Value =
-                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        let decide = |mut v: Value, _rev| {
             if objects::is_deleting(&v) {
                 return Err(ApiError::conflict_msg(
                     info,
@@ -75,28 +70,22 @@ impl Api {
                 "lastProbeTime": null, "lastTransitionTime": objects::rfc3339_in(0)}));
             v["status"]["conditions"] = json!(conds);
             if q.dry_run()? {
-                return Ok(Reply::json(
-                    201,
-                    &json!({"kind": "Status", "apiVersion": "v1",
-                    "metadata": {}, "status": "Success", "code": 201}),
-                ));
+                return Ok(Attempt::Answer(bound()));
             }
-            let bytes =
-                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            let Some(_) = cas(
-                self.store.update(&key, bytes, kv.mod_revision).await,
-                info,
-                &name,
-            )?
-            else {
-                continue;
-            };
-            return Ok(Reply::json(
-                201,
-                &json!({"kind": "Status", "apiVersion": "v1",
-                    "metadata": {}, "status": "Success", "code": 201}),
-            ));
+            Ok(Attempt::Update(v, ()))
+        };
+        match update_with_retry(self.store.as_ref(), info, &key, &name, decide).await? {
+            Outcome::Answered(reply) => Ok(reply),
+            Outcome::Updated(..) | Outcome::Removed(..) => Ok(bound()),
         }
-        Err(ApiError::conflict(info, &name))
     }
+}
+
+/// The answer to a binding: a `Success` Status with code 201.
+fn bound() -> Reply {
+    Reply::json(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1",
+            "metadata": {}, "status": "Success", "code": 201}),
+    )
 }

@@ -2,10 +2,10 @@
 //! namespace controller's `kubernetes` finalizer among them, hold the deletion of a Namespace
 //! besides its `metadata.finalizers`; writing the last one away removes it.
 
-use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::{Api, ApiResult, Reply, Resource, cas, deletion};
+use super::retry::{Attempt, Outcome, update_with_retry};
+use super::{Api, ApiResult, Reply, Resource, deletion};
 use crate::cache::set_resource_version;
 use crate::objects;
 use crate::request::{Query, ResourcePath};
@@ -58,19 +58,14 @@ impl Api {
         let info = res.info();
         let name = p.name.clone().unwrap_or_default();
         let key = res.key(None, &name);
-        for _ in 0..16 {
-            let Some(kv) = self.store.get(&key).await? else {
-                return Err(ApiError::not_found(info, &name));
-            };
-            let mut v: Value =
-                serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(e.to_string()))?;
+        let decide = |mut v: Value, rev| {
             if !v.get("spec").is_some_and(Value::is_object) {
                 v["spec"] = json!({});
             }
             v["spec"]["finalizers"] = wanted.clone();
             if q.dry_run()? {
-                set_resource_version(&mut v, kv.mod_revision);
-                return Ok(Reply::json(200, &v));
+                set_resource_version(&mut v, rev);
+                return Ok(Attempt::Answer(Reply::json(200, &v)));
             }
             // Namespaces are never deleted gracefully: their grace period does not count.
             if deletion::finalized(
@@ -79,30 +74,13 @@ impl Api {
                 &objects::finalizers(&v),
                 &res.rest().spec_finalizers(&v),
             ) {
-                let Some((_, rev)) = cas(
-                    self.store.delete(&key, Some(kv.mod_revision)).await,
-                    info,
-                    &name,
-                )?
-                else {
-                    continue;
-                };
-                set_resource_version(&mut v, rev);
-                return Ok(Reply::json(200, &v));
+                return Ok(Attempt::Remove(v, ()));
             }
-            let bytes =
-                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?);
-            let Some(nkv) = cas(
-                self.store.update(&key, bytes, kv.mod_revision).await,
-                info,
-                &name,
-            )?
-            else {
-                continue;
-            };
-            set_resource_version(&mut v, nkv.mod_revision);
-            return Ok(Reply::json(200, &v));
+            Ok(Attempt::Update(v, ()))
+        };
+        match update_with_retry(self.store.as_ref(), info, &key, &name, decide).await? {
+            Outcome::Answered(reply) => Ok(reply),
+            Outcome::Updated(v, ()) | Outcome::Removed(v, ()) => Ok(Reply::json(200, &v)),
         }
-        Err(ApiError::conflict(info, &name))
     }
 }
