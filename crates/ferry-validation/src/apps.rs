@@ -6,31 +6,24 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::common::{
-    go_int_or_string, go_label_selector, go_map, immutable, meta, nonneg, s, selector_is_empty,
-    selector_matches, validate_label_selector, validate_object_meta_update,
+    go_int_or_string, go_label_selector, immutable, meta, nonneg, parse_selector, s,
+    selector_is_empty, template_labels_match, validate_label_selector, validate_object_meta_update,
 };
 use super::pod::validate_pod_template_spec;
 use ferry_apimachinery::errors::{ErrorList, FieldError, Path};
 use ferry_apimachinery::names;
 
-/// ValidatePodTemplateSpecForReplicaSet: the template matches the selector, restarts Always.
+/// ValidatePodTemplateSpecForReplicaSet: the template matches the (parsed) selector, restarts
+/// Always.
 fn template_for_replica_set(
     template: Option<&core::PodTemplateSpec>,
-    selector: &LabelSelector,
+    selector: &ferry_selectors::labels::LabelSelector,
     path: &Path,
 ) -> ErrorList {
-    let mut errs = Vec::new();
     let Some(t) = template else {
         return vec![FieldError::required(path, "")];
     };
-    let labels = t.metadata.as_ref().and_then(|m| m.labels.as_ref());
-    if !selector_is_empty(selector) && !selector_matches(selector, labels) {
-        errs.push(FieldError::invalid(
-            path.child("metadata").child("labels"),
-            go_map(labels),
-            "`selector` does not match template `labels`",
-        ));
-    }
+    let mut errs = template_labels_match(selector, t, path);
     errs.extend(validate_pod_template_spec(t, path));
     let spec = t.spec.clone().unwrap_or_default();
     let rp = s(&spec.restart_policy);
@@ -50,14 +43,37 @@ fn template_for_replica_set(
     errs
 }
 
-fn selector_errors(selector: &LabelSelector, path: &Path) -> ErrorList {
-    let mut errs = validate_label_selector(Some(selector), path);
+/// The selector and template checks Deployments and ReplicaSets share (upstream
+/// `ValidateDeploymentSpec` / `ValidateReplicaSetSpec`): the selector's own field errors (and
+/// "empty selector is invalid for deployment", which upstream says for ReplicaSets too); then,
+/// when the selector does not parse (`LabelSelectorAsSelector` fails), one "invalid label
+/// selector" error and none of the template's checks; otherwise the template's checks with the
+/// parsed selector.
+fn selector_and_template(
+    selector: &LabelSelector,
+    template: Option<&core::PodTemplateSpec>,
+    path: &Path,
+) -> ErrorList {
+    let sp = path.child("selector");
+    let mut errs = validate_label_selector(Some(selector), &sp);
     if selector_is_empty(selector) {
         errs.push(FieldError::invalid(
-            path,
+            &sp,
             go_label_selector(Some(selector)),
             "empty selector is invalid for deployment",
         ));
+    }
+    match parse_selector(Some(selector)) {
+        None => errs.push(FieldError::invalid(
+            &sp,
+            go_label_selector(Some(selector)),
+            "invalid label selector",
+        )),
+        Some(parsed) => errs.extend(template_for_replica_set(
+            template,
+            &parsed,
+            &path.child("template"),
+        )),
     }
     errs
 }
@@ -142,11 +158,10 @@ fn deployment_spec(spec: &apps::DeploymentSpec, path: &Path) -> ErrorList {
         i64::from(spec.replicas.unwrap_or(0)),
         &path.child("replicas"),
     );
-    errs.extend(selector_errors(&spec.selector, &path.child("selector")));
-    errs.extend(template_for_replica_set(
-        Some(&spec.template),
+    errs.extend(selector_and_template(
         &spec.selector,
-        &path.child("template"),
+        Some(&spec.template),
+        path,
     ));
     errs.extend(validate_strategy(
         spec.strategy.as_ref(),
@@ -211,11 +226,10 @@ pub(crate) fn replica_set(rs: &apps::ReplicaSet, old: Option<&apps::ReplicaSet>)
         i64::from(spec.min_ready_seconds.unwrap_or(0)),
         &path.child("minReadySeconds"),
     ));
-    errs.extend(selector_errors(&spec.selector, &path.child("selector")));
-    errs.extend(template_for_replica_set(
-        spec.template.as_ref(),
+    errs.extend(selector_and_template(
         &spec.selector,
-        &path.child("template"),
+        spec.template.as_ref(),
+        &path,
     ));
     if let Some(old) = old {
         let old_spec = old.spec.clone();

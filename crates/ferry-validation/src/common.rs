@@ -66,13 +66,20 @@ pub(crate) fn go_int_or_string(v: Option<&IntOrString>) -> String {
     }
 }
 
-/// Go's `%#v` of a `metav1.LabelSelector`.
+/// Go's `%#v` of a `metav1.LabelSelector` (what upstream's field errors print for a selector).
+/// A list or map that is absent prints as Go's nil (`[]string(nil)`); one that is present but
+/// empty (`values: []` in the request) prints as Go's empty literal (`[]string{}`).
 pub(crate) fn go_label_selector(sel: Option<&LabelSelector>) -> String {
     let Some(sel) = sel else {
         return "null".to_string();
     };
+    let strings = |v: &Option<Vec<String>>| match v {
+        Some(v) if v.is_empty() => "[]string{}".to_string(),
+        other => go_strings(slice(other)),
+    };
     let exprs = match sel.match_expressions.as_deref() {
-        Some(e) if !e.is_empty() => {
+        None => "[]v1.LabelSelectorRequirement(nil)".to_string(),
+        Some(e) => {
             let items = e
                 .iter()
                 .map(|r| {
@@ -80,19 +87,19 @@ pub(crate) fn go_label_selector(sel: Option<&LabelSelector>) -> String {
                         "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:{}}}",
                         quote(&r.key),
                         quote(&r.operator),
-                        go_strings(slice(&r.values))
+                        strings(&r.values)
                     )
                 })
                 .collect::<Vec<_>>()
                 .join(", ");
             format!("[]v1.LabelSelectorRequirement{{{items}}}")
         }
-        _ => "[]v1.LabelSelectorRequirement(nil)".to_string(),
     };
-    format!(
-        "v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{exprs}}}",
-        go_map(sel.match_labels.as_ref())
-    )
+    let labels = match &sel.match_labels {
+        Some(m) if m.is_empty() => "map[string]string{}".to_string(),
+        other => go_map(other.as_ref()),
+    };
+    format!("v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{exprs}}}")
 }
 
 /// ValidateNonnegativeField.
@@ -473,10 +480,15 @@ pub(crate) fn meta(
     }
 }
 
-/// ValidateLabelSelector.
+/// ValidateLabelSelector (strict: label values in expressions are checked too): the
+/// `matchLabels` first, then each expression.
 pub fn validate_label_selector(sel: Option<&LabelSelector>, path: &Path) -> ErrorList {
     let mut errs = Vec::new();
     let Some(sel) = sel else { return errs };
+    errs.extend(validate_labels(
+        sel.match_labels.as_ref(),
+        &path.child("matchLabels"),
+    ));
     for (i, r) in slice(&sel.match_expressions).iter().enumerate() {
         let p = path.child("matchExpressions").index(i);
         let values = slice(&r.values);
@@ -512,10 +524,6 @@ pub fn validate_label_selector(sel: Option<&LabelSelector>, path: &Path) -> Erro
             ));
         }
     }
-    errs.extend(validate_labels(
-        sel.match_labels.as_ref(),
-        &path.child("matchLabels"),
-    ));
     errs
 }
 
@@ -525,15 +533,32 @@ pub(crate) fn selector_is_empty(sel: &LabelSelector) -> bool {
         && sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
 }
 
-/// Whether a label set matches a selector (upstream's `LabelSelectorAsSelector(...).Matches`).
-/// A selector that does not parse (reported by the selector's own validation) matches nothing.
-pub(crate) fn selector_matches(
-    sel: &LabelSelector,
-    labels: Option<&BTreeMap<String, String>>,
-) -> bool {
+/// Upstream's `metav1.LabelSelectorAsSelector`: the selector as a matcher, or `None` when it
+/// does not parse (an unknown operator, a bad key or value, values where the operator takes none
+/// or none where it needs some). A missing selector selects nothing.
+pub(crate) fn parse_selector(
+    sel: Option<&LabelSelector>,
+) -> Option<ferry_selectors::labels::LabelSelector> {
+    ferry_selectors::labels::from_optional_label_selector(sel).ok()
+}
+
+/// The check the workload kinds make with a selector that parsed: a non-empty selector must
+/// select the pod template's labels.
+pub(crate) fn template_labels_match(
+    selector: &ferry_selectors::labels::LabelSelector,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    template_path: &Path,
+) -> ErrorList {
     let empty = BTreeMap::new();
-    ferry_selectors::labels::from_label_selector(sel)
-        .is_ok_and(|s| s.matches(labels.unwrap_or(&empty)))
+    let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+    if selector.is_empty() || selector.matches(labels.unwrap_or(&empty)) {
+        return Vec::new();
+    }
+    vec![FieldError::invalid(
+        template_path.child("metadata").child("labels"),
+        go_map(labels),
+        "`selector` does not match template `labels`",
+    )]
 }
 
 /// ValidatePortNumOrName (targetPort, probe ports).

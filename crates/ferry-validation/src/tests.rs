@@ -558,11 +558,230 @@ fn replica_sets() {
             ),
             &[
                 "spec.selector.matchExpressions[0].operator: Invalid value: \"Maybe\": not a valid selector operator",
-                "spec.template.metadata.labels: Invalid value: map[string]string{\"tier\":\"frontend\"}: `selector` does not match template `labels`",
+                "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:\"tier\", Operator:\"Maybe\", Values:[]string(nil)}}}: invalid label selector",
             ],
         ),
     ];
     table(cases, defaults::replica_set, super::replica_set);
+}
+
+/// The pod template every workload below carries (labels `app: web`, fields defaulted).
+fn workload_template(labels: Value, container: &str, restart: &str) -> Value {
+    json!({"metadata": {"labels": labels}, "spec": {"restartPolicy": restart, "dnsPolicy": "ClusterFirst",
+        "terminationGracePeriodSeconds": 30, "schedulerName": "default-scheduler",
+        "containers": [{"name": container, "image": "nginx", "imagePullPolicy": "Always",
+            "terminationMessagePolicy": "File", "terminationMessagePath": "/dev/termination-log"}]}})
+}
+
+/// Runs one workload kind's validation (create) on a `spec.selector` and a pod template.
+fn workload_errors(
+    kind: &str,
+    selector: &Value,
+    template_labels: &Value,
+    container: &str,
+) -> Vec<String> {
+    let tpl = |restart: &str| workload_template(template_labels.clone(), container, restart);
+    match kind {
+        "Deployment" => {
+            let mut o: super::apps_v1::Deployment = parse(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"replicas": 1, "selector": selector, "template": tpl("Always")}}));
+            defaults::deployment(&mut o);
+            lines(&super::deployment(&o, None))
+        }
+        "ReplicaSet" => {
+            let mut o: super::apps_v1::ReplicaSet = parse(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"replicas": 1, "selector": selector, "template": tpl("Always")}}));
+            defaults::replica_set(&mut o);
+            lines(&super::replica_set(&o, None))
+        }
+        "StatefulSet" => {
+            let o: super::apps_v1::StatefulSet = parse(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"replicas": 1, "serviceName": "web", "podManagementPolicy": "OrderedReady",
+                    "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+                    "revisionHistoryLimit": 10, "selector": selector, "template": tpl("Always")}}));
+            lines(&super::workloads::stateful_set(&o, None))
+        }
+        "DaemonSet" => {
+            let o: super::apps_v1::DaemonSet = parse(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+                    "revisionHistoryLimit": 10, "selector": selector, "template": tpl("Always")}}));
+            lines(&super::workloads::daemon_set(&o, None))
+        }
+        "Job" => {
+            // As the Job strategy leaves it for a generated selector (no manualSelector): the
+            // selector also selects the Job's uid, the template carries the generated labels.
+            let mut selector = selector.clone();
+            selector["matchLabels"][super::workloads::CONTROLLER_UID_LABEL] = json!("u-1");
+            let mut labels = template_labels.clone();
+            for (k, v) in [
+                ("batch.kubernetes.io/controller-uid", "u-1"),
+                ("batch.kubernetes.io/job-name", "web"),
+                ("controller-uid", "u-1"),
+                ("job-name", "web"),
+            ] {
+                labels[k] = json!(v);
+            }
+            let o: k8s_openapi::api::batch::v1::Job = parse(json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+                "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
+                    "suspend": false, "podReplacementPolicy": "TerminatingOrFailed",
+                    "selector": selector,
+                    "template": workload_template(labels, container, "Never")}}));
+            lines(&super::workloads::job(&o, None))
+        }
+        other => panic!("no such kind {other}"),
+    }
+}
+
+/// A workload selector that does not parse (upstream `metav1.LabelSelectorAsSelector` fails) is
+/// reported as upstream does, per kind: the selector's own field errors; then for Deployment and
+/// ReplicaSet one "invalid label selector" error and none of the template's checks; for
+/// StatefulSet one `spec.selector` error with no detail and none of the template's checks; for
+/// DaemonSet and Job nothing more, the template-labels check skipped, the pod template checked.
+#[test]
+fn unparsable_workload_selectors() {
+    const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+    // (case, selector, the selector's own errors, Go's %#v of the selector)
+    let cases: Vec<(&str, Value, Vec<String>, &str)> = vec![
+        (
+            "operator Foo",
+            json!({"matchExpressions": [{"key": "app", "operator": "Foo", "values": ["web"]}]}),
+            vec!["spec.selector.matchExpressions[0].operator: Invalid value: \"Foo\": not a valid selector operator".into()],
+            r#"v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"app", Operator:"Foo", Values:[]string{"web"}}}}"#,
+        ),
+        (
+            "In without values",
+            json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "In"}]}),
+            vec!["spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'".into()],
+            r#"v1.LabelSelector{MatchLabels:map[string]string{"app":"web"}, MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"tier", Operator:"In", Values:[]string(nil)}}}"#,
+        ),
+        (
+            "In with an empty values list",
+            json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "In", "values": []}]}),
+            vec!["spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'".into()],
+            r#"v1.LabelSelector{MatchLabels:map[string]string{"app":"web"}, MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"tier", Operator:"In", Values:[]string{}}}}"#,
+        ),
+        (
+            "Exists with values",
+            json!({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["web"]}]}),
+            vec!["spec.selector.matchExpressions[0].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".into()],
+            r#"v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"app", Operator:"Exists", Values:[]string{"web"}}}}"#,
+        ),
+        (
+            "invalid label value",
+            json!({"matchLabels": {"app": "-web-"}}),
+            vec![format!("spec.selector.matchLabels: Invalid value: \"-web-\": {LABEL_VALUE_MSG}")],
+            r#"v1.LabelSelector{MatchLabels:map[string]string{"app":"-web-"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}"#,
+        ),
+        (
+            "matchLabels before matchExpressions",
+            json!({"matchLabels": {"app": "-web-"}, "matchExpressions": [{"key": "tier", "operator": "Foo"}]}),
+            vec![
+                format!("spec.selector.matchLabels: Invalid value: \"-web-\": {LABEL_VALUE_MSG}"),
+                "spec.selector.matchExpressions[0].operator: Invalid value: \"Foo\": not a valid selector operator".into(),
+            ],
+            r#"v1.LabelSelector{MatchLabels:map[string]string{"app":"-web-"}, MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"tier", Operator:"Foo", Values:[]string(nil)}}}"#,
+        ),
+    ];
+    let labels = json!({"app": "web"});
+    for (case, selector, own, go) in &cases {
+        for kind in [
+            "Deployment",
+            "ReplicaSet",
+            "StatefulSet",
+            "DaemonSet",
+            "Job",
+        ] {
+            let mut want = own.clone();
+            match kind {
+                "Deployment" | "ReplicaSet" => want.push(format!(
+                    "spec.selector: Invalid value: {go}: invalid label selector"
+                )),
+                "StatefulSet" => want.push(format!("spec.selector: Invalid value: {go}")),
+                _ => {}
+            }
+            let got = workload_errors(kind, selector, &labels, "web");
+            assert_eq!(got, want, "{kind}, {case}");
+        }
+    }
+
+    // The template's own problems (labels the selector does not select, a bad container name):
+    // the kinds that skip the template with an unparsable selector do not report them; DaemonSet
+    // and Job skip only the labels check.
+    let bad = json!({"matchExpressions": [{"key": "app", "operator": "Foo", "values": ["web"]}]});
+    let own = "spec.selector.matchExpressions[0].operator: Invalid value: \"Foo\": not a valid selector operator";
+    let go = cases[0].3;
+    let name_err =
+        format!("spec.template.spec.containers[0].name: Invalid value: \"Bad_Name\": {LABEL_MSG}");
+    let other = json!({"tier": "x"});
+    for (kind, want) in [
+        (
+            "Deployment",
+            vec![
+                own.to_string(),
+                format!("spec.selector: Invalid value: {go}: invalid label selector"),
+            ],
+        ),
+        (
+            "ReplicaSet",
+            vec![
+                own.to_string(),
+                format!("spec.selector: Invalid value: {go}: invalid label selector"),
+            ],
+        ),
+        (
+            "StatefulSet",
+            vec![
+                own.to_string(),
+                format!("spec.selector: Invalid value: {go}"),
+            ],
+        ),
+        ("DaemonSet", vec![own.to_string(), name_err.clone()]),
+        ("Job", vec![name_err.clone(), own.to_string()]),
+    ] {
+        assert_eq!(
+            workload_errors(kind, &bad, &other, "Bad_Name"),
+            want,
+            "{kind}"
+        );
+    }
+
+    // A selector that parses: valid objects pass; a template it does not select is reported.
+    let good = json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]});
+    for kind in [
+        "Deployment",
+        "ReplicaSet",
+        "StatefulSet",
+        "DaemonSet",
+        "Job",
+    ] {
+        let want: Vec<String> = if kind == "Job" {
+            // Without manualSelector a Job's selector must select only what the generated labels
+            // give its pods (upstream validateGeneratedSelector): `app` is more than that.
+            vec![format!(
+                "spec.selector: Invalid value: v1.LabelSelector{{MatchLabels:map[string]string{{\"batch.kubernetes.io/controller-uid\":\"u-1\"}}, MatchExpressions:[]v1.LabelSelectorRequirement{{v1.LabelSelectorRequirement{{Key:\"app\", Operator:\"In\", Values:[]string{{\"web\"}}}}}}}}: `selector` not auto-generated"
+            )]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(workload_errors(kind, &good, &labels, "web"), want, "{kind}");
+        let got = workload_errors(
+            kind,
+            &json!({"matchLabels": {"app": "api"}}),
+            &labels,
+            "web",
+        );
+        assert!(
+            got.iter().any(|l| l
+                .starts_with("spec.template.metadata.labels: Invalid value: map[string]string{")
+                && l.ends_with(": `selector` does not match template `labels`")),
+            "{kind}: {got:?}"
+        );
+    }
 }
 
 #[test]

@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::common::{
-    go_int_or_string, go_label_selector, go_map, immutable, meta, nonneg, s, selector_is_empty,
-    selector_matches, validate_label_selector, validate_object_meta_update,
+    go_int_or_string, go_label_selector, immutable, meta, nonneg, parse_selector, s,
+    selector_is_empty, template_labels_match, validate_label_selector, validate_object_meta_update,
 };
 use super::pod::validate_pod_template_spec;
 use ferry_apimachinery::errors::{ErrorList, FieldError, Path};
@@ -18,6 +18,11 @@ use ferry_apimachinery::names;
 
 /// The label a Job's pods carry with the Job's uid (the selector a Job gets by default).
 pub const CONTROLLER_UID_LABEL: &str = "batch.kubernetes.io/controller-uid";
+/// The other labels a Job's generated selector must select (upstream `batch.JobNameLabel`,
+/// `batch.LegacyControllerUidLabel`, `batch.LegacyJobNameLabel`).
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+const LEGACY_CONTROLLER_UID_LABEL: &str = "controller-uid";
+const LEGACY_JOB_NAME_LABEL: &str = "job-name";
 
 fn int_or_percent(v: Option<&IntOrString>, path: &Path) -> ErrorList {
     match v {
@@ -56,32 +61,64 @@ fn ios_value(v: Option<&IntOrString>) -> i64 {
     }
 }
 
-fn selector_and_template(
-    selector: &LabelSelector,
-    template: &core::PodTemplateSpec,
-    path: &Path,
-    kind: &str,
-    restart_policies: &[&str],
-) -> ErrorList {
-    let mut errs = validate_label_selector(Some(selector), &path.child("selector"));
+/// The selector's own checks: its field errors (`ValidateLabelSelector`) and the rule that it
+/// may not be empty.
+fn selector_checks(selector: &LabelSelector, sp: &Path, kind: &str) -> ErrorList {
+    let mut errs = validate_label_selector(Some(selector), sp);
     if selector_is_empty(selector) {
         errs.push(FieldError::invalid(
-            path.child("selector"),
+            sp,
             go_label_selector(Some(selector)),
             format!("empty selector is invalid for {kind}"),
         ));
     }
+    errs
+}
+
+/// StatefulSet's selector and template (upstream `ValidateStatefulSetSpec`): the selector's
+/// own checks; then, when it does not parse, one `spec.selector: Invalid value: …` error with no
+/// detail (upstream gives none) in place of the template's checks
+/// (`ValidatePodTemplateSpecForStatefulSet`: labels match, the template's metadata — Ferry
+/// checks the whole pod template there); the restart policy is checked either way.
+fn stateful_set_selector_and_template(spec: &apps::StatefulSetSpec, path: &Path) -> ErrorList {
+    let sp = path.child("selector");
     let tp = path.child("template");
-    let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
-    if !selector_is_empty(selector) && !selector_matches(selector, labels) {
+    let mut errs = selector_checks(&spec.selector, &sp, "statefulset");
+    match parse_selector(Some(&spec.selector)) {
+        None => errs.push(FieldError::invalid(
+            &sp,
+            go_label_selector(Some(&spec.selector)),
+            "",
+        )),
+        Some(parsed) => {
+            errs.extend(template_labels_match(&parsed, &spec.template, &tp));
+            errs.extend(validate_pod_template_spec(&spec.template, &tp));
+        }
+    }
+    errs.extend(restart_policy(&spec.template, &tp, &["Always"]));
+    errs
+}
+
+/// DaemonSet's selector and template (upstream `ValidateDaemonSetSpec`): the selector's field
+/// errors; the template-labels check only when the selector parses (a selector that does not
+/// parse adds no error of its own); the empty-selector rule; the pod template and its restart
+/// policy always.
+fn daemon_set_selector_and_template(spec: &apps::DaemonSetSpec, path: &Path) -> ErrorList {
+    let sp = path.child("selector");
+    let tp = path.child("template");
+    let mut errs = validate_label_selector(Some(&spec.selector), &sp);
+    if let Some(parsed) = parse_selector(Some(&spec.selector)) {
+        errs.extend(template_labels_match(&parsed, &spec.template, &tp));
+    }
+    if selector_is_empty(&spec.selector) {
         errs.push(FieldError::invalid(
-            tp.child("metadata").child("labels"),
-            go_map(labels),
-            "`selector` does not match template `labels`",
+            &sp,
+            go_label_selector(Some(&spec.selector)),
+            "empty selector is invalid for daemonset",
         ));
     }
-    errs.extend(validate_pod_template_spec(template, &tp));
-    errs.extend(restart_policy(template, &tp, restart_policies));
+    errs.extend(validate_pod_template_spec(&spec.template, &tp));
+    errs.extend(restart_policy(&spec.template, &tp, &["Always"]));
     errs
 }
 
@@ -208,13 +245,7 @@ fn stateful_set_spec(spec: &apps::StatefulSetSpec, path: &Path) -> ErrorList {
             errs.push(FieldError::invalid_str(path.child("serviceName"), sn, m));
         }
     }
-    errs.extend(selector_and_template(
-        &spec.selector,
-        &spec.template,
-        path,
-        "statefulset",
-        &["Always"],
-    ));
+    errs.extend(stateful_set_selector_and_template(spec, path));
     errs.extend(no_active_deadline(
         &spec.template,
         &path.child("template"),
@@ -379,13 +410,7 @@ pub fn daemon_set(o: &apps::DaemonSet, old: Option<&apps::DaemonSet>) -> ErrorLi
     );
     let spec = &o.spec;
     let path = Path::new("spec");
-    errs.extend(selector_and_template(
-        &spec.selector,
-        &spec.template,
-        &path,
-        "daemonset",
-        &["Always"],
-    ));
+    errs.extend(daemon_set_selector_and_template(spec, &path));
     errs.extend(no_active_deadline(
         &spec.template,
         &path.child("template"),
@@ -588,7 +613,7 @@ fn pod_failure_policy(pfp: &batch::PodFailurePolicy, path: &Path) -> ErrorList {
     errs
 }
 
-fn job_spec(spec: &batch::JobSpec, path: &Path, generated: Option<&str>) -> ErrorList {
+fn job_spec(spec: &batch::JobSpec, path: &Path) -> ErrorList {
     let mut errs = Vec::new();
     for (f, v) in [
         ("parallelism", spec.parallelism.map(i64::from)),
@@ -678,41 +703,54 @@ fn job_spec(spec: &batch::JobSpec, path: &Path, generated: Option<&str>) -> Erro
         }
     }
     let tp = path.child("template");
-    match &spec.selector {
-        None => errs.push(FieldError::required(path.child("selector"), "")),
-        Some(sel) => {
-            errs.extend(validate_label_selector(Some(sel), &path.child("selector")));
-            let labels = spec
-                .template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.labels.as_ref());
-            if !selector_matches(sel, labels) {
-                errs.push(FieldError::invalid(
-                    tp.child("metadata").child("labels"),
-                    go_map(labels),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-            if let Some(uid) = generated {
-                let ok = sel
-                    .match_labels
-                    .as_ref()
-                    .and_then(|m| m.get(CONTROLLER_UID_LABEL))
-                    .is_some_and(|v| v == uid);
-                if !ok {
-                    errs.push(FieldError::invalid(
-                        path.child("selector"),
-                        go_label_selector(Some(sel)),
-                        "`selector` not auto-generated",
-                    ));
-                }
-            }
-        }
-    }
     errs.extend(validate_pod_template_spec(&spec.template, &tp));
     errs.extend(restart_policy(&spec.template, &tp, &["OnFailure", "Never"]));
+    // Then the selector (upstream `ValidateJobSpec`): required, its own field errors, and the
+    // template-labels check when it parses. A selector that does not parse adds no error of its
+    // own; a missing one selects nothing, so the template never matches it.
+    let sp = path.child("selector");
+    match &spec.selector {
+        None => errs.push(FieldError::required(&sp, "")),
+        Some(sel) => errs.extend(validate_label_selector(Some(sel), &sp)),
+    }
+    if let Some(parsed) = parse_selector(spec.selector.as_ref()) {
+        errs.extend(template_labels_match(&parsed, &spec.template, &tp));
+    }
     errs
+}
+
+/// Upstream `validateGeneratedSelector` (on create): unless `manualSelector` is set, the selector
+/// must select the labels the Job's pods get (job-name and controller-uid, legacy and prefixed).
+/// Skipped for a missing selector and for one that does not parse.
+fn generated_selector(o: &batch::Job, spec: &batch::JobSpec) -> ErrorList {
+    let uid = o.metadata.uid.as_deref().unwrap_or("");
+    if spec.manual_selector == Some(true) || uid.is_empty() {
+        return Vec::new();
+    }
+    let Some(sel) = spec.selector.as_ref() else {
+        return Vec::new();
+    };
+    let Some(parsed) = parse_selector(Some(sel)) else {
+        return Vec::new();
+    };
+    let name = o.metadata.name.as_deref().unwrap_or("");
+    let expected: std::collections::BTreeMap<String, String> = [
+        (CONTROLLER_UID_LABEL, uid),
+        (JOB_NAME_LABEL, name),
+        (LEGACY_CONTROLLER_UID_LABEL, uid),
+        (LEGACY_JOB_NAME_LABEL, name),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    if parsed.matches(&expected) {
+        return Vec::new();
+    }
+    vec![FieldError::invalid(
+        Path::new("spec").child("selector"),
+        go_label_selector(Some(sel)),
+        "`selector` not auto-generated",
+    )]
 }
 
 pub fn job(o: &batch::Job, old: Option<&batch::Job>) -> ErrorList {
@@ -724,9 +762,10 @@ pub fn job(o: &batch::Job, old: Option<&batch::Job>) -> ErrorList {
     );
     let spec = o.spec.clone().unwrap_or_default();
     let path = Path::new("spec");
-    let uid = o.metadata.uid.clone().unwrap_or_default();
-    let generated = (spec.manual_selector != Some(true) && !uid.is_empty()).then_some(uid.as_str());
-    errs.extend(job_spec(&spec, &path, generated));
+    if old.is_none() {
+        errs.extend(generated_selector(o, &spec));
+    }
+    errs.extend(job_spec(&spec, &path));
     if let Some(old) = old {
         let os = old.spec.clone().unwrap_or_default();
         errs.extend(immutable(
