@@ -571,7 +571,7 @@ async fn cached_answers_keep_each_querys_id_case_and_flags() {
     let query = |i: u16| {
         let name = names[usize::from(i) % names.len()];
         let edns = (i % 2 == 1).then_some(1232);
-        (name, edns, i % 3 != 0)
+        (name, edns, !i.is_multiple_of(3))
     };
     let mut buf = vec![0u8; 65535];
     // Three passes over 30 queries: the first fills the cache, the others are answered from it.
