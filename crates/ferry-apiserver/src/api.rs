@@ -577,13 +577,7 @@ impl Api {
             }
         };
         let result = self.store.create(&key, bytes).await;
-        if let Some(t) = txn {
-            if result.is_ok() {
-                t.commit().await;
-            } else {
-                t.rollback().await;
-            }
-        }
+        settle(txn, result.is_ok()).await;
         match result {
             Ok(kv) => {
                 set_resource_version(&mut obj, kv.mod_revision);
@@ -793,13 +787,7 @@ impl Api {
                 }
                 Err(e) => Err(StoreError::Internal(e.to_string())),
             };
-            if let Some(t) = txn {
-                if result.is_ok() {
-                    t.commit().await;
-                } else {
-                    t.rollback().await;
-                }
-            }
+            settle(txn, result.is_ok()).await;
             match result {
                 Ok(nkv) => {
                     set_resource_version(&mut new, nkv.mod_revision);
@@ -1211,6 +1199,16 @@ impl Api {
             }
             other => Ok(other),
         }
+    }
+}
+
+/// Ends a Service write's address and port claims: kept (and the ones no longer used freed)
+/// when the write went through, given back when it did not.
+async fn settle(txn: Option<crate::alloc::Txn<'_>>, written: bool) {
+    match txn {
+        Some(t) if written => t.commit().await,
+        Some(t) => t.rollback().await,
+        None => {}
     }
 }
 
