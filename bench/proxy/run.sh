@@ -16,7 +16,14 @@
 #           request (user + system from /proc; the least noisy figure on a shared machine)
 # As root everything runs in a network namespace made for the run (deleted at the end), whose
 # own TCP counters give the TCP segments sent per wrk request on each path (nstat; exact, unlike
-# the timings). SKIP_BUILD=1 runs the proxy_bench already built. Installs haproxy and wrk with apt-get when missing (needs root); without HAProxy its column is
+# the timings). Two floor relays run in the same rounds (FLOOR=0 leaves them out): `floor-epoll`
+# (one thread of raw edge-triggered epoll: accept, connect, copy, close; nothing else) and
+# `floor-tokio` (a task per connection, tokio's copy_bidirectional): the least a relay pays
+# per connection, to read ferry's and HAProxy's CPU per request against.
+# PROXY_QUOTA=P (percent of one CPU, root, cgroup v1): every proxy runs in its own child cgroup
+# of /sys/fs/cgroup/cpu with cpu.cfs_quota_us = P% of a 100 ms period (the same for each;
+# removed at the end), so that the proxy, not wrk + backend, is the bottleneck and req/s ratios
+# show capacity. SKIP_BUILD=1 runs the proxy_bench already built. Installs haproxy and wrk with apt-get when missing (needs root); without HAProxy its column is
 # skipped. Prints ratios ferry/HAProxy at the end.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +36,12 @@ CLIENT_CPU=${CLIENT_CPU:-0}
 BACK=127.79.0.1:9000
 FERRY=127.79.0.2:8080
 HAP=127.79.0.3:8080
+FLOOR_EPOLL=127.79.0.4:8080
+FLOOR_TOKIO=127.79.0.5:8080
+FLOOR=${FLOOR:-1}
+PROXY_QUOTA=${PROXY_QUOTA:-}
+CG_ROOT=/sys/fs/cgroup/cpu
+CGS=()
 
 for tool in haproxy wrk; do
   if ! command -v $tool >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -46,6 +59,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -z "$NS" ] || ip netns del "$NS" 2>/dev/null || true
+  for cg in "${CGS[@]}"; do rmdir "$cg" 2>/dev/null || true; done
   rm -f "$CFG" "$CFG.wrk"
 }
 trap cleanup EXIT
@@ -59,6 +73,12 @@ fi
 "${X[@]}" taskset -c "$CLIENT_CPU" "$BIN" backend "$BACK" & PIDS+=($!)
 "${X[@]}" taskset -c "$PROXY_CPU" "$BIN" ferry "$FERRY" "$BACK" 2>/dev/null & PIDS+=($!)
 declare -A PID=([ferry]=$!)
+if [ "$FLOOR" = 1 ]; then
+  "${X[@]}" taskset -c "$PROXY_CPU" "$BIN" floor-epoll "$FLOOR_EPOLL" "$BACK" 2>/dev/null & PIDS+=($!)
+  PID[floor-epoll]=$!
+  "${X[@]}" taskset -c "$PROXY_CPU" "$BIN" floor-tokio "$FLOOR_TOKIO" "$BACK" 2>/dev/null & PIDS+=($!)
+  PID[floor-tokio]=$!
+fi
 
 HAVE_HAP=0
 if command -v haproxy >/dev/null 2>&1; then
@@ -85,8 +105,19 @@ sleep 2
 for n in "${!PID[@]}"; do
   kill -0 "${PID[$n]}" 2>/dev/null || { echo "$n did not start (address in use?)"; exit 1; }
 done
+if [ -n "$PROXY_QUOTA" ]; then
+  [ -w "$CG_ROOT" ] || { echo "PROXY_QUOTA needs root and cgroup v1's cpu controller at $CG_ROOT"; exit 1; }
+  for n in "${!PID[@]}"; do
+    cg="$CG_ROOT/ferry-proxy-bench-$$-$n"
+    mkdir "$cg" && CGS+=("$cg")
+    echo 100000 >"$cg/cpu.cfs_period_us"
+    echo $((PROXY_QUOTA * 1000)) >"$cg/cpu.cfs_quota_us"
+    # cgroup.procs moves every thread of the process (ferry's runtime threads too).
+    echo "${PID[$n]}" >"$cg/cgroup.procs"
+  done
+fi
 
-load() { "${X[@]}" taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS"; }
+load() { "${X[@]}" taskset -c "$CLIENT_CPU" timeout $((SECS * 3 + 30)) "$BIN" load "$1" "$SECS" "$CONNS" "$2"; }
 # CPU time (user + system, clock ticks) of a process; 0 for "direct".
 ticks() { if [ -n "${1:-}" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 # TCP segments sent in the namespace since the last call (0 outside one).
@@ -111,17 +142,25 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 targets=(direct:$BACK ferry:$FERRY)
 [ $HAVE_HAP = 1 ] && targets+=(haproxy:$HAP)
-declare -A GB CPS RPS P50 P99 CPU SEG
-echo "== $SECS s per phase, $ROUNDS rounds, $CONNS load connections, wrk -c$WRK_CONNS; proxies on CPU $PROXY_CPU, backend and load on CPU $CLIENT_CPU"
+[ "$FLOOR" = 1 ] && targets+=(floor-epoll:$FLOOR_EPOLL floor-tokio:$FLOOR_TOKIO)
+declare -A GB GBC CPS RPS P50 P99 CPU SEG
+echo "== $SECS s per phase, $ROUNDS rounds, $CONNS load connections, wrk -c$WRK_CONNS; proxies on CPU $PROXY_CPU${PROXY_QUOTA:+ (CPU quota $PROXY_QUOTA % each)}, backend and load on CPU $CLIENT_CPU"
 [ $HAVE_HAP = 1 ] && echo "   $(haproxy -v | head -1)"
 for r in $(seq 1 "$ROUNDS"); do
   for t in "${targets[@]}"; do
     name=${t%%:*}; addr=${t#*:}
     # A failed phase shows as zeros (and "failed") instead of ending the run.
-    L=$(load "$addr") || L="gbps=0 cps=0 errors=failed"
+    t0=$(ticks "${PID[$name]:-}")
+    LS=$(load "$addr" stream) || LS="gbps=0"
+    t1=$(ticks "${PID[$name]:-}")
+    LC=$(load "$addr" conn) || LC="cps=0 errors=failed"
+    L="gbps=$(val "$LS" gbps) cps=$(val "$LC" cps) errors=$(val "$LC" errors)"
+    # Stream bytes per proxy CPU-second (GB/s of CPU; the stream figure a loaded machine keeps).
+    gbc=$(awk -v g="$(val "$LS" gbps)" -v s="$SECS" -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" 'BEGIN { if (t > 0) printf "%.2f", g / 8 * s / (t / hz); else print 0 }')
+    L="$L stream-GB/cpu-s=$gbc"
     W=$(wrk_run "$addr" "${PID[$name]:-}") || W="0 0 0 failed 0 0"
     echo "   round $r $name: $L | wrk req/s p50(ms) p99(ms) errors cpu(us/req) tcp-segments/req: $W"
-    GB[$name]+="$(val "$L" gbps) "; CPS[$name]+="$(val "$L" cps) "
+    GB[$name]+="$(val "$L" gbps) "; GBC[$name]+="$gbc "; CPS[$name]+="$(val "$L" cps) "
     read -r rps p50 p99 _ cpu seg <<<"$W"
     RPS[$name]+="$rps "; P50[$name]+="$p50 "; P99[$name]+="$p99 "; CPU[$name]+="$cpu "; SEG[$name]+="$seg "
   done
@@ -129,14 +168,17 @@ done
 
 m() { echo "$1" | tr ' ' '\n' | grep -v '^$' | median; }
 echo
-printf "%-8s %14s %10s %12s %10s %10s %16s %13s\n" path "stream Gbit/s" "conn/s" "wrk req/s" "p50 ms" "p99 ms" "proxy CPU us/req" "TCP segs/req"
+printf "%-11s %14s %16s %10s %12s %10s %10s %16s %13s\n" path "stream Gbit/s" "stream GB/CPU-s" "conn/s" "wrk req/s" "p50 ms" "p99 ms" "proxy CPU us/req" "TCP segs/req"
 for t in "${targets[@]}"; do
   n=${t%%:*}
-  printf "%-8s %14s %10s %12s %10s %10s %16s %13s\n" "$n" "$(m "${GB[$n]}")" "$(m "${CPS[$n]}")" "$(m "${RPS[$n]}")" \
+  printf "%-11s %14s %16s %10s %12s %10s %10s %16s %13s\n" "$n" "$(m "${GB[$n]}")" "$(m "${GBC[$n]}")" "$(m "${CPS[$n]}")" "$(m "${RPS[$n]}")" \
     "$(m "${P50[$n]}")" "$(m "${P99[$n]}")" "$(m "${CPU[$n]}")" "$(m "${SEG[$n]}")"
 done
 echo "-- ratios (medians) --"
 echo "ferry/direct:  stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[direct]}")"), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[direct]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[direct]}")")"
 if [ $HAVE_HAP = 1 ]; then
-  echo "ferry/haproxy: stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[haproxy]}")") (goal >= 1.2), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[haproxy]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[haproxy]}")") (goal >= 1.2), wrk p99 $(ratio "$(m "${P99[ferry]}")" "$(m "${P99[haproxy]}")") (goal <= 1), CPU per request $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[haproxy]}")"), TCP segments per request $(ratio "$(m "${SEG[ferry]}")" "$(m "${SEG[haproxy]}")")"
+  echo "ferry/haproxy: stream $(ratio "$(m "${GB[ferry]}")" "$(m "${GB[haproxy]}")") (goal >= 1.2), stream bytes per CPU-s $(ratio "$(m "${GBC[ferry]}")" "$(m "${GBC[haproxy]}")"), conn/s $(ratio "$(m "${CPS[ferry]}")" "$(m "${CPS[haproxy]}")"), wrk req/s $(ratio "$(m "${RPS[ferry]}")" "$(m "${RPS[haproxy]}")") (goal >= 1.2), wrk p99 $(ratio "$(m "${P99[ferry]}")" "$(m "${P99[haproxy]}")") (goal <= 1), CPU per request $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[haproxy]}")"), TCP segments per request $(ratio "$(m "${SEG[ferry]}")" "$(m "${SEG[haproxy]}")")"
+fi
+if [ "$FLOOR" = 1 ]; then
+  echo "CPU per request against the floor: ferry/floor-epoll $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[floor-epoll]}")"), haproxy/floor-epoll $(ratio "$(m "${CPU[haproxy]:-}")" "$(m "${CPU[floor-epoll]}")"), ferry/floor-tokio $(ratio "$(m "${CPU[ferry]}")" "$(m "${CPU[floor-tokio]}")"); floor-epoll/haproxy req/s $(ratio "$(m "${RPS[floor-epoll]}")" "$(m "${RPS[haproxy]:-}")")"
 fi

@@ -6,6 +6,9 @@
 //!   says `Connection: close`).
 //! - `ferry FRONT BACKEND`: ferry's userspace data path serving FRONT -> BACKEND (a static
 //!   table: no API server involved, the same code the watch path drives).
+//! - `floor-epoll FRONT BACKEND`, `floor-tokio FRONT BACKEND`: the least a short-connection
+//!   relay can do (accept, connect, copy, close), on raw epoll and on tokio: the floor ferry's
+//!   CPU per connection is compared with.
 //! - `load ADDR SECONDS CONNS`: measures throughput (CONNS parallel streams) and then
 //!   connections/s (CONNS parallel connect/read/close loops) against ADDR; prints one line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -29,6 +32,16 @@ async fn main() {
     match args.get(1).map(String::as_str) {
         Some("backend") => backend(args[2].parse().unwrap()).await,
         Some("ferry") => ferry(args[2].parse().unwrap(), args[3].parse().unwrap()).await,
+        Some("floor-epoll") => {
+            let (front, back) = (args[2].parse().unwrap(), args[3].parse().unwrap());
+            // The relay owns its one thread; the runtime only idles.
+            std::thread::spawn(move || floor_epoll(front, back))
+                .join()
+                .unwrap();
+        }
+        Some("floor-tokio") => {
+            floor_tokio(args[2].parse().unwrap(), args[3].parse().unwrap()).await
+        }
         Some("load") => {
             load(
                 args[2].parse().unwrap(),
@@ -39,7 +52,7 @@ async fn main() {
             .await
         }
         _ => eprintln!(
-            "usage: proxy_bench backend ADDR | ferry FRONT BACKEND | load ADDR SECONDS CONNS [stream|conn|both]"
+            "usage: proxy_bench backend ADDR | ferry FRONT BACKEND | floor-epoll FRONT BACKEND | floor-tokio FRONT BACKEND | load ADDR SECONDS CONNS [stream|conn|both]"
         ),
     }
 }
@@ -232,4 +245,196 @@ async fn connections(addr: SocketAddr, dur: Duration, conns: usize) -> (f64, u64
     }
     let cps = done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
     (cps, errors.load(Ordering::Relaxed))
+}
+
+/// The floor of a short-connection relay on one thread of raw epoll (edge-triggered): accept,
+/// connect the backend (`TCP_NODELAY` inherited from the listener on the client side, set
+/// before `connect` on the backend), copy both ways through one stack buffer, half-close on
+/// EOF, close both when both directions are done. No timers, no limits, no tasks, no logging:
+/// what any relay has to pay per connection, to compare ferry's data path with.
+fn floor_epoll(front: SocketAddr, back: SocketAddr) {
+    use rustix::event::epoll;
+    use rustix::fd::OwnedFd;
+    use rustix::io::Errno;
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+    use std::mem::MaybeUninit;
+
+    struct Side {
+        fd: OwnedFd,
+        /// Bytes read from the other side not yet written here (a connect still in flight or
+        /// a full send buffer).
+        pending: Vec<u8>,
+        /// The other side reached EOF (this side was or will be half-closed).
+        eof_in: bool,
+    }
+    struct Conn {
+        sides: [Side; 2],
+    }
+    let family = if front.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let l = rustix::net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::sockopt::set_socket_reuseaddr(&l, true).unwrap();
+    rustix::net::sockopt::set_tcp_nodelay(&l, true).unwrap();
+    rustix::net::bind(&l, &front).unwrap();
+    rustix::net::listen(&l, 1024).unwrap();
+    let ep = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    const LISTENER: u64 = u64::MAX;
+    epoll::add(
+        &ep,
+        &l,
+        epoll::EventData::new_u64(LISTENER),
+        epoll::EventFlags::IN,
+    )
+    .unwrap();
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut events = [MaybeUninit::<epoll::Event>::uninit(); 256];
+    let mut buf = vec![0u8; 64 * 1024];
+    let flags = epoll::EventFlags::IN
+        | epoll::EventFlags::OUT
+        | epoll::EventFlags::RDHUP
+        | epoll::EventFlags::ET;
+    eprintln!("floor-epoll relay: {front} -> {back}");
+    loop {
+        let (ready, _) = match epoll::wait(&ep, &mut events, None) {
+            Ok(r) => r,
+            Err(Errno::INTR) => continue,
+            Err(e) => panic!("epoll_wait: {e}"),
+        };
+        for ev in ready.iter() {
+            let (token, evflags) = (ev.data.u64(), ev.flags);
+            if token == LISTENER {
+                loop {
+                    let c = match rustix::net::accept_with(
+                        &l,
+                        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                    ) {
+                        Ok(c) => c,
+                        Err(_) => break,
+                    };
+                    let b = rustix::net::socket_with(
+                        family,
+                        SocketType::STREAM,
+                        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+                        None,
+                    )
+                    .unwrap();
+                    let _ = rustix::net::sockopt::set_tcp_nodelay(&b, true);
+                    match rustix::net::connect(&b, &back) {
+                        Ok(()) | Err(Errno::INPROGRESS) => {}
+                        Err(_) => continue,
+                    }
+                    let idx = free.pop().unwrap_or_else(|| {
+                        conns.push(None);
+                        conns.len() - 1
+                    });
+                    let side = |fd| Side {
+                        fd,
+                        pending: Vec::new(),
+                        eof_in: false,
+                    };
+                    let idx64 = idx as u64;
+                    epoll::add(&ep, &c, epoll::EventData::new_u64(idx64 * 2), flags).unwrap();
+                    epoll::add(&ep, &b, epoll::EventData::new_u64(idx64 * 2 + 1), flags).unwrap();
+                    conns[idx] = Some(Conn {
+                        sides: [side(c), side(b)],
+                    });
+                }
+                continue;
+            }
+            let idx = (token / 2) as usize;
+            let Some(conn) = conns.get_mut(idx).and_then(Option::as_mut) else {
+                continue;
+            };
+            let mut broken = false;
+            // Either socket's readiness may unblock either direction (edge-triggered: no
+            // second notice), so both are moved on: flush what waits for the destination,
+            // then read the source while the destination takes everything.
+            for (from, to) in [(0, 1), (1, 0)] {
+                let d = &mut conn.sides[to];
+                if !d.pending.is_empty() {
+                    match rustix::net::send(&d.fd, &d.pending, SendFlags::NOSIGNAL) {
+                        Ok(n) => {
+                            d.pending.drain(..n);
+                        }
+                        Err(Errno::AGAIN) | Err(Errno::NOTCONN) => {}
+                        Err(_) => broken = true,
+                    }
+                    if d.pending.is_empty() && d.eof_in {
+                        let _ = rustix::net::shutdown(&d.fd, rustix::net::Shutdown::Write);
+                    }
+                }
+                while !broken && !conn.sides[to].eof_in && conn.sides[to].pending.is_empty() {
+                    match rustix::net::recv(&conn.sides[from].fd, &mut buf[..], RecvFlags::empty())
+                    {
+                        Ok((0, _)) => {
+                            let d = &mut conn.sides[to];
+                            d.eof_in = true;
+                            let _ = rustix::net::shutdown(&d.fd, rustix::net::Shutdown::Write);
+                        }
+                        Ok((n, _)) => {
+                            let d = &mut conn.sides[to];
+                            match rustix::net::send(&d.fd, &buf[..n], SendFlags::NOSIGNAL) {
+                                Ok(w) => d.pending.extend_from_slice(&buf[w..n]),
+                                Err(Errno::AGAIN) | Err(Errno::NOTCONN) => {
+                                    d.pending.extend_from_slice(&buf[..n])
+                                }
+                                Err(_) => broken = true,
+                            }
+                        }
+                        Err(Errno::AGAIN) => break,
+                        Err(Errno::INTR) => {}
+                        Err(_) => broken = true,
+                    }
+                }
+            }
+            let done = conn.sides.iter().all(|s| s.eof_in && s.pending.is_empty());
+            if broken || done || evflags.contains(epoll::EventFlags::ERR) {
+                // Closing the descriptors removes them from the epoll set.
+                conns[idx] = None;
+                free.push(idx);
+            }
+        }
+    }
+}
+
+/// The same floor on tokio: a task per connection, `tokio::io::copy_bidirectional`.
+async fn floor_tokio(front: SocketAddr, back: SocketAddr) {
+    let sock = if front.is_ipv4() {
+        tokio::net::TcpSocket::new_v4().unwrap()
+    } else {
+        tokio::net::TcpSocket::new_v6().unwrap()
+    };
+    sock.set_reuseaddr(true).unwrap();
+    sock.set_nodelay(true).unwrap();
+    sock.bind(front).unwrap();
+    let l = sock.listen(1024).unwrap();
+    eprintln!("floor-tokio relay: {front} -> {back}");
+    loop {
+        let Ok((mut c, _)) = l.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let b = if back.is_ipv4() {
+                tokio::net::TcpSocket::new_v4()
+            } else {
+                tokio::net::TcpSocket::new_v6()
+            };
+            let Ok(b) = b else { return };
+            let _ = b.set_nodelay(true);
+            let Ok(mut b) = b.connect(back).await else {
+                return;
+            };
+            let _ = tokio::io::copy_bidirectional(&mut c, &mut b).await;
+        });
+    }
 }
