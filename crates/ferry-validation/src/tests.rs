@@ -784,6 +784,116 @@ fn unparsable_workload_selectors() {
     }
 }
 
+fn job_object(spec_extra: Value, restart: &str) -> k8s_openapi::api::batch::v1::Job {
+    let labels = json!({"batch.kubernetes.io/controller-uid": "u-1", "batch.kubernetes.io/job-name": "pi",
+        "controller-uid": "u-1", "job-name": "pi"});
+    let mut spec = json!({"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed",
+        "suspend": false, "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},
+        "template": workload_template(labels, "pi", restart)});
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    parse(
+        json!({"metadata": {"name": "pi", "namespace": "default", "uid": "u-1", "resourceVersion": "1"}, "spec": spec}),
+    )
+}
+
+/// Job rules around the selector and the restart policy, with upstream's messages.
+#[test]
+fn job_selector_and_restart_policy() {
+    let job = |extra: Value, restart: &str| {
+        lines(&super::workloads::job(&job_object(extra, restart), None))
+    };
+    let labels = r#"map[string]string{"batch.kubernetes.io/controller-uid":"u-1", "batch.kubernetes.io/job-name":"pi", "controller-uid":"u-1", "job-name":"pi"}"#;
+    let cases: Vec<(&str, Value, &str, Vec<String>)> = vec![
+        ("generated selector", json!({}), "Never", vec![]),
+        (
+            "Always",
+            json!({}),
+            "Always",
+            vec!["spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"".into()],
+        ),
+        (
+            "pod failure policy with OnFailure",
+            json!({"podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]}}),
+            "OnFailure",
+            vec!["spec.template.spec.restartPolicy: Invalid value: \"OnFailure\": only \"Never\" is supported when podFailurePolicy is specified".into()],
+        ),
+        (
+            "pod failure policy with Always: one error",
+            json!({"podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]}}),
+            "Always",
+            vec!["spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\"".into()],
+        ),
+        (
+            "manual selector missing: required, and nothing matches it",
+            json!({"manualSelector": true, "selector": null}),
+            "Never",
+            vec![
+                "spec.selector: Required value".into(),
+                format!("spec.template.metadata.labels: Invalid value: {labels}: `selector` does not match template `labels`"),
+            ],
+        ),
+        (
+            "manual selector other than the generated one",
+            json!({"manualSelector": true, "selector": {"matchLabels": {"job-name": "pi"}}}),
+            "Never",
+            vec![],
+        ),
+        (
+            "generated selector that selects more",
+            json!({"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1", "tier": "batch"}}}),
+            "Never",
+            vec![
+                r#"spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"batch.kubernetes.io/controller-uid":"u-1", "tier":"batch"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: `selector` not auto-generated"#.into(),
+                format!("spec.template.metadata.labels: Invalid value: {labels}: `selector` does not match template `labels`"),
+            ],
+        ),
+    ];
+    for (case, extra, restart, want) in cases {
+        assert_eq!(job(extra, restart), want, "{case}");
+    }
+    // The generated-selector rule is a create rule: an update of a Job whose selector is not
+    // the generated one (say, from before the prefixed labels) does not trip it.
+    let old = job_object(
+        json!({"selector": {"matchLabels": {"controller-uid": "u-1", "tier": "batch"}}, "template": workload_template(json!({"controller-uid": "u-1", "tier": "batch"}), "pi", "Never")}),
+        "Never",
+    );
+    let mut new = old.clone();
+    new.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+    assert_eq!(
+        lines(&super::workloads::job(&new, Some(&old))),
+        Vec::<String>::new()
+    );
+
+    // A CronJob's job template never carries a selector, nor asks for a manual one.
+    let cron = |job_spec: Value| {
+        let o: k8s_openapi::api::batch::v1::CronJob = parse(json!({
+            "metadata": {"name": "cj", "namespace": "default"},
+            "spec": {"schedule": "*/1 * * * *", "concurrencyPolicy": "Allow", "jobTemplate": {"spec": job_spec}}}));
+        lines(&super::workloads::cron_job(&o, None))
+    };
+    let tpl = workload_template(json!({"app": "cj"}), "cj", "OnFailure");
+    assert_eq!(cron(json!({"template": tpl})), Vec::<String>::new());
+    assert_eq!(
+        cron(
+            json!({"template": tpl, "selector": {"matchLabels": {"app": "cj"}}, "manualSelector": true})
+        ),
+        vec![
+            r#"spec.jobTemplate.spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"cj"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: `selector` will be auto-generated"#,
+            r#"spec.jobTemplate.spec.manualSelector: Unsupported value: true: supported values: "nil", "false""#,
+        ]
+    );
+    assert_eq!(
+        cron(json!({"template": workload_template(json!({"app": "cj"}), "cj", "Always")})),
+        vec![
+            "spec.jobTemplate.spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
+        ]
+    );
+}
+
 #[test]
 fn endpoint_slices() {
     let base = json!({

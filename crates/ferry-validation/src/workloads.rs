@@ -136,6 +136,41 @@ fn restart_policy(template: &core::PodTemplateSpec, tp: &Path, allowed: &[&str])
     errs
 }
 
+/// A Job's restart policy (upstream `validateJobSpec`): `Always` (or none) is reported as a
+/// missing value, anything but `OnFailure`/`Never` as unsupported, and with a pod failure policy
+/// only `Never` is allowed.
+fn job_restart_policy(spec: &batch::JobSpec, tp: &Path) -> ErrorList {
+    let rp = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("");
+    let path = tp.child("spec").child("restartPolicy");
+    match rp {
+        "" | "Always" => vec![FieldError::required(
+            path,
+            "valid values: \"OnFailure\", \"Never\"",
+        )],
+        "OnFailure" | "Never" => {
+            if spec.pod_failure_policy.is_some() && rp != "Never" {
+                vec![FieldError::invalid_str(
+                    path,
+                    rp,
+                    "only \"Never\" is supported when podFailurePolicy is specified",
+                )]
+            } else {
+                Vec::new()
+            }
+        }
+        other => vec![FieldError::not_supported(
+            path,
+            other,
+            &["OnFailure", "Never"],
+        )],
+    }
+}
+
 fn no_active_deadline(template: &core::PodTemplateSpec, tp: &Path, what: &str) -> ErrorList {
     if template
         .spec
@@ -682,29 +717,10 @@ fn job_spec(spec: &batch::JobSpec, path: &Path) -> ErrorList {
     }
     if let Some(pfp) = &spec.pod_failure_policy {
         errs.extend(pod_failure_policy(pfp, &path.child("podFailurePolicy")));
-        if spec
-            .template
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            != Some("Never")
-        {
-            errs.push(FieldError::invalid(
-                path.child("template").child("spec").child("restartPolicy"),
-                ferry_apimachinery::errors::quote(
-                    spec.template
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.restart_policy.as_deref())
-                        .unwrap_or(""),
-                ),
-                "only \"Never\" is supported when podFailurePolicy is specified",
-            ));
-        }
     }
     let tp = path.child("template");
     errs.extend(validate_pod_template_spec(&spec.template, &tp));
-    errs.extend(restart_policy(&spec.template, &tp, &["OnFailure", "Never"]));
+    errs.extend(job_restart_policy(spec, &tp));
     // Then the selector (upstream `ValidateJobSpec`): required, its own field errors, and the
     // template-labels check when it parses. A selector that does not parse adds no error of its
     // own; a missing one selects nothing, so the template never matches it.
@@ -891,11 +907,25 @@ pub fn cron_job(o: &batch::CronJob, old: Option<&batch::CronJob>) -> ErrorList {
     let jp = path.child("jobTemplate").child("spec");
     let js = spec.job_template.spec.clone().unwrap_or_default();
     let tp = jp.child("template");
-    if let Some(sel) = &js.selector {
-        errs.extend(validate_label_selector(Some(sel), &jp.child("selector")));
-    }
     errs.extend(validate_pod_template_spec(&js.template, &tp));
-    errs.extend(restart_policy(&js.template, &tp, &["OnFailure", "Never"]));
+    errs.extend(job_restart_policy(&js, &tp));
+    // Upstream `ValidateJobTemplateSpec`: a Job made from the template always gets a generated
+    // selector, so the template may carry none and may not ask for a manual one.
+    if let Some(sel) = &js.selector {
+        errs.push(FieldError::invalid(
+            jp.child("selector"),
+            go_label_selector(Some(sel)),
+            "`selector` will be auto-generated",
+        ));
+    }
+    if js.manual_selector == Some(true) {
+        errs.push(FieldError {
+            kind: ferry_apimachinery::errors::ErrorType::NotSupported,
+            field: jp.child("manualSelector").to_string(),
+            value: Some("true".to_string()),
+            detail: "supported values: \"nil\", \"false\"".to_string(),
+        });
+    }
     for (f, v) in [
         ("parallelism", js.parallelism.map(i64::from)),
         ("completions", js.completions.map(i64::from)),
