@@ -1,7 +1,13 @@
 //! Prometheus metrics. Per-request counters are resolved once at start-up so the hot path is a
-//! single atomic increment.
+//! single atomic increment; the request latency histogram is lock-free and observed once per
+//! batch of requests answered together.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -39,7 +45,7 @@ pub struct Metrics {
     registry: Registry,
     /// [qtype index][rcode index], last rows/columns are "other".
     requests: Vec<Vec<Counter>>,
-    latency: Histogram,
+    latency: BatchHistogram,
     pub answer_cache_hits: Counter,
     pub answer_cache_misses: Counter,
     pub forward_cache_hits: Counter,
@@ -82,7 +88,7 @@ impl Metrics {
             "DNS requests by query type and response code",
             family,
         );
-        let latency = Histogram::new(exponential_buckets(0.000_005, 2.0, 20));
+        let latency = BatchHistogram::new(exponential_buckets(0.000_005, 2.0, 20));
         registry.register(
             "request_duration_seconds",
             "Time to answer a request",
@@ -168,6 +174,19 @@ impl Metrics {
 
     /// Counts one answered request.
     pub fn observe(&self, qtype: u16, rcode: u16, elapsed: Duration) {
+        self.count(qtype, rcode);
+        self.latency.observe_n(elapsed, 1);
+    }
+
+    /// Counts requests answered together (one batch), each taking `elapsed`.
+    pub fn observe_batch(&self, labels: &[(u16, u16)], elapsed: Duration) {
+        for &(qtype, rcode) in labels {
+            self.count(qtype, rcode);
+        }
+        self.latency.observe_n(elapsed, labels.len() as u64);
+    }
+
+    fn count(&self, qtype: u16, rcode: u16) {
         let qi = QTYPES
             .iter()
             .position(|q| q.0 == qtype)
@@ -179,7 +198,6 @@ impl Metrics {
         if let Some(c) = self.requests.get(qi).and_then(|row| row.get(ri)) {
             c.inc();
         }
-        self.latency.observe(elapsed.as_secs_f64());
     }
 
     /// The text exposition format.
@@ -189,6 +207,80 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+/// A histogram of durations without a lock: `n` observations of one value are two atomic
+/// additions (the request latency is observed per batch, from several worker threads).
+#[derive(Debug, Clone)]
+pub struct BatchHistogram {
+    inner: Arc<BatchHistogramInner>,
+}
+
+#[derive(Debug)]
+struct BatchHistogramInner {
+    /// Upper bounds in seconds; the last is `f64::MAX` (+Inf).
+    bounds: Vec<f64>,
+    counts: Vec<AtomicU64>,
+    sum_nanos: AtomicU64,
+}
+
+impl BatchHistogram {
+    pub fn new(bounds: impl IntoIterator<Item = f64>) -> Self {
+        let bounds: Vec<f64> = bounds.into_iter().chain([f64::MAX]).collect();
+        let counts = bounds.iter().map(|_| AtomicU64::new(0)).collect();
+        BatchHistogram {
+            inner: Arc::new(BatchHistogramInner {
+                bounds,
+                counts,
+                sum_nanos: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Records `n` observations of `v`.
+    pub fn observe_n(&self, v: Duration, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let inner = &*self.inner;
+        let secs = v.as_secs_f64();
+        let i = inner
+            .bounds
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(inner.bounds.len() - 1);
+        if let Some(c) = inner.counts.get(i) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+        let nanos = u64::try_from(v.as_nanos()).unwrap_or(u64::MAX);
+        inner
+            .sum_nanos
+            .fetch_add(nanos.saturating_mul(n), Ordering::Relaxed);
+    }
+}
+
+impl TypedMetric for BatchHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for BatchHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let inner = &*self.inner;
+        let buckets: Vec<(f64, u64)> = inner
+            .bounds
+            .iter()
+            .zip(&inner.counts)
+            .map(|(&b, c)| (b, c.load(Ordering::Relaxed)))
+            .collect();
+        // The count as the buckets' total, so that a scrape during an update stays consistent.
+        let count = buckets.iter().map(|b| b.1).sum();
+        let sum = inner.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
     }
 }
 
@@ -208,5 +300,34 @@ mod tests {
         );
         assert!(text.contains(r#"ferry_dns_requests_total{type="other",rcode="other"} 1"#));
         assert!(text.contains("ferry_dns_request_duration_seconds_count 2"));
+    }
+
+    #[test]
+    fn batches_count_each_request() {
+        let m = Metrics::new();
+        m.observe_batch(
+            &[
+                (TYPE_A, RCODE_NOERROR),
+                (TYPE_A, RCODE_NOERROR),
+                (TYPE_SRV, RCODE_NXDOMAIN),
+            ],
+            Duration::from_micros(30),
+        );
+        m.observe_batch(&[], Duration::from_secs(1));
+        m.observe(TYPE_A, RCODE_NOERROR, Duration::from_secs(100));
+        let text = m.encode();
+        for want in [
+            r#"ferry_dns_requests_total{type="A",rcode="NOERROR"} 3"#,
+            r#"ferry_dns_requests_total{type="SRV",rcode="NXDOMAIN"} 1"#,
+            "ferry_dns_request_duration_seconds_count 4",
+            "ferry_dns_request_duration_seconds_sum 100.00009",
+            // 30 us: above the 20 us bound, within 40 us; 100 s only in +Inf.
+            r#"ferry_dns_request_duration_seconds_bucket{le="0.00002"} 0"#,
+            r#"ferry_dns_request_duration_seconds_bucket{le="0.00004"} 3"#,
+            r#"ferry_dns_request_duration_seconds_bucket{le="2.62144"} 3"#,
+            r#"ferry_dns_request_duration_seconds_bucket{le="+Inf"} 4"#,
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
     }
 }

@@ -663,10 +663,7 @@ fn udp_worker(
             continue;
         }
         b.send(&sock);
-        let elapsed = start.elapsed();
-        for &(qtype, rcode) in &b.labels {
-            inner.metrics.observe(qtype, rcode, elapsed);
-        }
+        inner.metrics.observe_batch(&b.labels, start.elapsed());
     }
 }
 
