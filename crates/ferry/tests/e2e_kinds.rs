@@ -533,6 +533,79 @@ fn strip_ansi(s: &str) -> String {
     out
 }
 
+/// A namespace held by content with a finalizer nobody removes explains itself as upstream's
+/// does: `NamespaceContentRemaining` and `NamespaceFinalizersRemaining` conditions naming the
+/// resource and the finalizer (in `kubectl describe`), until the finalizer goes.
+#[test]
+fn namespace_held_by_a_finalizer_explains_itself() {
+    let f = Ferry::start();
+    f.k("kubectl", &["create", "namespace", "held"]);
+    let cm = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"keep","namespace":"held","finalizers":["example.com/hold"]}}"#;
+    let o = f.k_stdin("kubectl", &["create", "-f", "-"], cm);
+    assert!(o.status.success(), "{}", text(&o));
+    f.k("kubectl", &["create", "configmap", "plain", "-n", "held"]);
+    f.k("kubectl", &["delete", "namespace", "held", "--wait=false"]);
+    let condition = |ns: &serde_json::Value, t: &str| {
+        ns["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == t)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut ns = serde_json::Value::Null;
+    assert!(
+        eventually(60, || {
+            ns = get_json(&f, &["get", "namespace", "held", "-o", "json"]);
+            let remaining = condition(&ns, "NamespaceContentRemaining");
+            let fins = condition(&ns, "NamespaceFinalizersRemaining");
+            remaining["status"] == "True"
+                && remaining["message"]
+                    == "Some resources are remaining: configmaps. has 1 resource instances"
+                && fins["status"] == "True"
+                && fins["reason"] == "SomeFinalizersRemain"
+                && fins["message"]
+                    == "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+        }),
+        "{ns}\n{}",
+        namespace_report(&f, "held")
+    );
+    assert_eq!(ns["status"]["phase"], "Terminating", "{ns}");
+    assert_eq!(
+        condition(&ns, "NamespaceDeletionContentFailure")["status"],
+        "False",
+        "{ns}"
+    );
+    let d = f.k("kubectl", &["describe", "namespace", "held"]);
+    assert!(
+        d.contains("NamespaceFinalizersRemaining") && d.contains("SomeFinalizersRemain"),
+        "{d}"
+    );
+    // The finalizer goes: so does the namespace.
+    f.k(
+        "kubectl",
+        &[
+            "patch",
+            "configmap",
+            "keep",
+            "-n",
+            "held",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    );
+    assert!(
+        eventually(120, || !f
+            .kubectl(&["get", "namespace", "held"])
+            .status
+            .success()),
+        "namespace held was not removed:\n{}",
+        namespace_report(&f, "held")
+    );
+}
+
 // ---- DaemonSet on three nodes (netns mode, as root) ----
 
 fn is_root() -> bool {

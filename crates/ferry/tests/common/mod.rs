@@ -12,6 +12,8 @@ pub struct Ferry {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     cache: tempfile::TempDir,
+    /// The claim on this instance's address ranges (see [`next_ranges`]).
+    _range_lock: Option<RangeClaim>,
 }
 
 fn ferry_bin() -> &'static str {
@@ -34,9 +36,68 @@ pub fn ranges_for(n: u32) -> (String, String) {
 /// address made one instance fail to bind its DNS port).
 pub const RESERVED_RANGE: u32 = 59;
 
-fn next_ranges() -> (String, String) {
+/// A claim on range pair `n`: `/tmp/ferry-e2e-range-<n>.claim`, created exclusively and
+/// holding the claiming process's id; removed when the instance is dropped.
+pub struct RangeClaim(PathBuf);
+
+impl Drop for RangeClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn claim(n: u32) -> Option<RangeClaim> {
+    use std::io::Write;
+    let path = PathBuf::from(format!("/tmp/ferry-e2e-range-{n}.claim"));
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                let _ = write!(f, "{}", std::process::id());
+                return Some(RangeClaim(path));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // The claim of a process that is gone (killed before its drop ran) is stale; a
+                // claim without a process id yet is being written, unless it is old.
+                let holder = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok());
+                let stale = match holder {
+                    Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+                    None => std::fs::metadata(&path)
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > Duration::from_secs(60)),
+                };
+                if !stale {
+                    return None;
+                }
+                let _ = std::fs::remove_file(&path);
+            }
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The next free pair of ranges, claimed for the instance's life (see [`RangeClaim`]): test
+/// processes running at once (two test binaries, several people's runs side by side) never
+/// share a range, which made an instance fail to bind its DNS port.
+fn next_ranges() -> ((String, String), Option<RangeClaim>) {
     let k = INSTANCE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    ranges_for((k + std::process::id()) % RESERVED_RANGE)
+    let start = (k + std::process::id()) % RESERVED_RANGE;
+    for i in 0..RESERVED_RANGE {
+        let n = (start + i) % RESERVED_RANGE;
+        if let Some(c) = claim(n) {
+            return (ranges_for(n), Some(c));
+        }
+    }
+    // Every range claimed, or /tmp unwritable: the unclaimed choice.
+    (ranges_for(start), None)
 }
 
 /// The kube-dns address of a Service range (its tenth address).
@@ -65,21 +126,25 @@ fn dns_listen(service_range: &str) -> String {
     }
 }
 
-fn spawn(dir: &Path) -> Child {
+/// Starts `ferry up` on `dir`; a first start claims a range pair (the lock is returned, to be
+/// held as long as the instance lives), a restart reuses the pair kept in `dir`.
+fn spawn(dir: &Path) -> (Child, Option<RangeClaim>) {
     let log = std::fs::File::create(dir.join("ferry.log")).expect("log file");
     let ranges_file = dir.join("test-ranges");
+    let mut lock = None;
     let (svc, pods) = match std::fs::read_to_string(&ranges_file) {
         Ok(s) => {
             let mut it = s.lines().map(String::from);
             (it.next().unwrap_or_default(), it.next().unwrap_or_default())
         }
         Err(_) => {
-            let r = next_ranges();
+            let (r, l) = next_ranges();
+            lock = l;
             std::fs::write(&ranges_file, format!("{}\n{}\n", r.0, r.1)).expect("ranges");
             r
         }
     };
-    Command::new(ferry_bin())
+    let child = Command::new(ferry_bin())
         .args(["up", "--data-dir"])
         .arg(dir)
         .args(["--service-cluster-ip-range", &svc, "--cluster-cidr", &pods])
@@ -97,7 +162,8 @@ fn spawn(dir: &Path) -> Child {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
-        .expect("start ferry")
+        .expect("start ferry");
+    (child, lock)
 }
 
 /// Flags a test gave [`Ferry::start_with`] (kept in the data directory for restarts).
@@ -128,7 +194,7 @@ impl Ferry {
     pub fn start_with(extra: &[&str]) -> Ferry {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("test-extra-args"), extra.join("\n")).expect("args");
-        let mut child = spawn(dir.path());
+        let (mut child, lock) = spawn(dir.path());
         wait_ready(dir.path(), &mut child);
         let kubeconfig = dir.path().join("kubeconfig");
         Ferry {
@@ -136,12 +202,13 @@ impl Ferry {
             dir,
             kubeconfig,
             cache: tempfile::tempdir().expect("tempdir"),
+            _range_lock: lock,
         }
     }
 
     pub fn start() -> Ferry {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut child = spawn(dir.path());
+        let (mut child, lock) = spawn(dir.path());
         wait_ready(dir.path(), &mut child);
         let kubeconfig = dir.path().join("kubeconfig");
         Ferry {
@@ -149,6 +216,7 @@ impl Ferry {
             dir,
             kubeconfig,
             cache: tempfile::tempdir().expect("tempdir"),
+            _range_lock: lock,
         }
     }
 
@@ -207,7 +275,8 @@ impl Ferry {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "still running");
         let _ = std::fs::remove_file(self.dir.path().join("kubeconfig"));
-        let mut child = spawn(self.dir.path());
+        // The ranges are kept in the data directory: no new claim.
+        let (mut child, _) = spawn(self.dir.path());
         wait_ready(self.dir.path(), &mut child);
         self.child = Some(child);
     }
