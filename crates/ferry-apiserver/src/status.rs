@@ -91,17 +91,18 @@ impl ApiError {
             .iter()
             .map(|e| json!({"reason": e.kind.reason(), "message": e.body(), "field": e.field}))
             .collect();
-        let list = if errors.len() == 1 {
-            errors[0].to_string()
+        // The message lists each distinct error once (upstream's ErrorList.ToAggregate); the
+        // causes keep every one.
+        let mut messages: Vec<String> = Vec::with_capacity(errors.len());
+        for m in errors.iter().map(|e| e.to_string()) {
+            if !messages.contains(&m) {
+                messages.push(m);
+            }
+        }
+        let list = if messages.len() == 1 {
+            messages.swap_remove(0)
         } else {
-            format!(
-                "[{}]",
-                errors
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("[{}]", messages.join(", "))
         };
         let mut d = json!({"name": name, "kind": info.kind, "causes": causes});
         if !info.group.is_empty() {
@@ -230,5 +231,47 @@ impl From<ferry_store::StoreError> for ApiError {
             ferry_store::StoreError::TooLarge { limit, .. } => crate::body::too_large(limit),
             other => ApiError::internal(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployments() -> &'static KindInfo {
+        ferry_api::kinds::by_resource("apps", "v1", "deployments")
+            .map(|s| s.info())
+            .expect("deployments are served")
+    }
+
+    #[test]
+    fn invalid_lists_each_distinct_message_once_and_keeps_every_cause() {
+        let e = FieldError::required("spec.selector", "");
+        let other =
+            FieldError::invalid_str("spec.replicas", "-1", "must be greater than or equal to 0");
+        // One distinct message, twice: no brackets, as upstream's aggregate of one error.
+        let s = ApiError::invalid(deployments(), "web", &[e.clone(), e.clone()]);
+        assert_eq!(
+            s.message,
+            "Deployment.apps \"web\" is invalid: spec.selector: Required value"
+        );
+        let causes = s
+            .details
+            .as_ref()
+            .map(|d| d["causes"].clone())
+            .unwrap_or_default();
+        assert_eq!(causes.as_array().map(Vec::len), Some(2));
+        // Two distinct messages, one repeated: each once, in first-seen order.
+        let s = ApiError::invalid(deployments(), "web", &[e.clone(), other.clone(), e]);
+        assert_eq!(
+            s.message,
+            "Deployment.apps \"web\" is invalid: [spec.selector: Required value, spec.replicas: Invalid value: \"-1\": must be greater than or equal to 0]"
+        );
+        let causes = s
+            .details
+            .as_ref()
+            .map(|d| d["causes"].clone())
+            .unwrap_or_default();
+        assert_eq!(causes.as_array().map(Vec::len), Some(3));
     }
 }
