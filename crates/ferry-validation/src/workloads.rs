@@ -10,7 +10,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::common::{
     go_int_or_string, go_label_selector, immutable, meta, nonneg, parse_selector, s,
-    selector_is_empty, template_labels_match, validate_label_selector, validate_object_meta_update,
+    selector_is_empty, template_labels_match, validate_annotations, validate_label_selector,
+    validate_labels, validate_object_meta_update,
 };
 use super::pod::validate_pod_template_spec;
 use ferry_apimachinery::errors::{ErrorList, FieldError, Path};
@@ -92,7 +93,19 @@ fn stateful_set_selector_and_template(spec: &apps::StatefulSetSpec, path: &Path)
         )),
         Some(parsed) => {
             errs.extend(template_labels_match(&parsed, &spec.template, &tp));
-            errs.extend(validate_pod_template_spec(&spec.template, &tp));
+            // Upstream's ValidatePodTemplateSpecForStatefulSet checks only the template's labels
+            // and annotations, not its pod spec: containers mount volumeClaimTemplates, which
+            // become pod volumes only when the controller makes each pod (and the pod is
+            // validated then).
+            let meta = spec.template.metadata.as_ref();
+            errs.extend(validate_labels(
+                meta.and_then(|m| m.labels.as_ref()),
+                &tp.child("labels"),
+            ));
+            errs.extend(validate_annotations(
+                meta.and_then(|m| m.annotations.as_ref()),
+                &tp.child("annotations"),
+            ));
         }
     }
     errs.extend(restart_policy(&spec.template, &tp, &["Always"]));
@@ -1025,6 +1038,23 @@ mod tests {
         json!({"metadata": {"labels": labels}, "spec": {"restartPolicy": restart, "dnsPolicy": "ClusterFirst",
             "terminationGracePeriodSeconds": 30,
             "containers": [{"name": "c", "image": "x", "imagePullPolicy": "Always", "terminationMessagePolicy": "File"}]}})
+    }
+
+    #[test]
+    fn stateful_set_mounting_a_claim_template_is_valid() {
+        // The canonical StatefulSet: a container mounts a volumeClaimTemplate, not a pod volume.
+        let v = json!({"metadata": {"name": "web", "namespace": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "nginx"}}, "serviceName": "nginx", "replicas": 2,
+              "podManagementPolicy": "OrderedReady", "updateStrategy": {"type": "RollingUpdate"},
+              "template": {"metadata": {"labels": {"app": "nginx"}}, "spec": {"restartPolicy": "Always",
+                "dnsPolicy": "ClusterFirst", "terminationGracePeriodSeconds": 30,
+                "containers": [{"name": "nginx", "image": "nginx", "imagePullPolicy": "IfNotPresent",
+                  "terminationMessagePolicy": "File",
+                  "volumeMounts": [{"name": "www", "mountPath": "/usr/share/nginx/html"}]}]}},
+              "volumeClaimTemplates": [{"metadata": {"name": "www"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}}]}});
+        let o: apps::StatefulSet = from(v);
+        assert_eq!(stateful_set(&o, None), Vec::new());
     }
 
     #[test]
