@@ -27,6 +27,14 @@
 #   FERRY_PORT (15353), KNOT_PORT (15354),
 #   BEFORE_BIN: another dns_bench binary (e.g. of an older commit) run as a third server,
 #   "before", in the same rounds (port FERRY_PORT+2), for before/after ratios from one run.
+#   SERVER_QUOTA: a percentage (1-100). On an idle machine dnsperf on its one core is the limit
+#   before either server is (Ferry at ~87 % of its core): q/s then measures dnsperf. With
+#   SERVER_QUOTA=P every server gets a cgroup-v1 CPU quota of P % of its core during the
+#   throughput runs (a child cgroup per server under /sys/fs/cgroup/cpu/ferry-dns-bench.<pid>,
+#   cpu.cfs_period_us SERVER_QUOTA_PERIOD_US (10000), removed at exit; the latency runs are not
+#   capped), so the servers are the limit and the q/s ratio is the capacity ratio. Each
+#   throughput run then also records the share of CFS periods in which the server was throttled
+#   (near 100 %: the quota, not dnsperf, set the rate). Needs root.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -59,9 +67,18 @@ fi
 
 WORK="$(mktemp -d /tmp/ferry-dns-bench.XXXXXX)"
 PIDS=()
+CG=""   # the per-run parent cgroup (SERVER_QUOTA)
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "$CG" ] && [ -d "$CG" ]; then
+    for d in "$CG"/*/; do
+      [ -f "$d/cgroup.procs" ] || continue
+      while read -r t; do echo "$t" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true; done <"$d/cgroup.procs"
+      rmdir "$d" 2>/dev/null || true
+    done
+    rmdir "$CG" 2>/dev/null || true
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -138,6 +155,26 @@ for s in "${SERVERS[@]}"; do
   taskset -a -p -c "$SERVER_CPU" "${PID[$s]}" >/dev/null
   echo "   $s threads pinned to CPU: $(pinned "${PID[$s]}")"
 done
+if [ -n "${SERVER_QUOTA:-}" ]; then
+  case $SERVER_QUOTA in ''|*[!0-9]*) echo "SERVER_QUOTA must be a percentage (1-100)" >&2; exit 1;; esac
+  [ "$SERVER_QUOTA" -ge 1 ] && [ "$SERVER_QUOTA" -le 100 ] || { echo "SERVER_QUOTA must be 1-100" >&2; exit 1; }
+  [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || { echo "SERVER_QUOTA needs root and cgroup-v1 cpu at /sys/fs/cgroup/cpu" >&2; exit 1; }
+  QPERIOD=${SERVER_QUOTA_PERIOD_US:-10000}
+  QUOTA_US=$((QPERIOD * SERVER_QUOTA / 100))
+  CG=/sys/fs/cgroup/cpu/ferry-dns-bench.$$
+  mkdir "$CG"
+  for s in "${SERVERS[@]}"; do
+    mkdir "$CG/$s"
+    echo "$QPERIOD" >"$CG/$s/cpu.cfs_period_us"
+    echo -1 >"$CG/$s/cpu.cfs_quota_us"
+    echo "${PID[$s]}" >"$CG/$s/cgroup.procs"   # the whole thread group
+    for t in /proc/"${PID[$s]}"/task/*; do echo "${t##*/}" >"$CG/$s/tasks"; done
+  done
+  echo "   SERVER_QUOTA: throughput runs capped at $SERVER_QUOTA % of a core per server (cfs_quota_us $QUOTA_US / cfs_period_us $QPERIOD) in $CG/<server>"
+fi
+throttled() { # server -> "periods throttled" of its cgroup (0 0 without SERVER_QUOTA)
+  if [ -n "$CG" ]; then awk '$1 == "nr_periods" {p = $2} $1 == "nr_throttled" {t = $2} END {print p + 0, t + 0}' "$CG/$1/cpu.stat"; else echo 0 0; fi
+}
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 declare -A RSS_IDLE
 for s in "${SERVERS[@]}"; do RSS_IDLE[$s]=$(rss_kb "${PID[$s]}"); done
@@ -165,12 +202,18 @@ proc_sched() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{r += $1; w +=
 
 # One measured run: $1 server, $2 kind (qps|lat); appends a line to $WORK/runs:
 # round server kind v1 v2 v3 srv_cpu_s wall_s srv_wait_share cli_wait_share others_server_core
+#   throttled_share (SERVER_QUOTA: CFS periods in which the server was throttled, else 0)
 #   qps: v1 q/s, v2 queries answered, v3 0;  lat: v1 p50, v2 p99, v3 p99.9 (us)
 # A wait share is the part of a process's time ready to run that it spent waiting for its core.
 ROUND=0
 measure() {
   local s=$1 kind=$2 port=${PORT[$1]} pid=${PID[$1]}
   local p0 s0 t0 p1 s1 t1 out dp r0 w0 r1 w1 cr=0 cw=0 cr0=0 cw0=0 first=1 sched
+  local tp0 tt0 tp1 tt1
+  if [ -n "$CG" ]; then
+    if [ "$kind" = qps ]; then echo "$QUOTA_US" >"$CG/$s/cpu.cfs_quota_us"; else echo -1 >"$CG/$s/cpu.cfs_quota_us"; fi
+  fi
+  read -r tp0 tt0 < <(throttled "$s")
   p0=$(proc_ticks "$pid"); s0=$(core_ticks "$SERVER_CPU"); read -r r0 w0 < <(proc_sched "$pid"); t0=$(now)
   if [ "$kind" = qps ]; then
     nice -n "$NICE" taskset -c "$CLIENT_CPU" \
@@ -194,6 +237,7 @@ measure() {
   done
   wait "$dp" || true
   p1=$(proc_ticks "$pid"); s1=$(core_ticks "$SERVER_CPU"); read -r r1 w1 < <(proc_sched "$pid"); t1=$(now)
+  read -r tp1 tt1 < <(throttled "$s")
   if [ "$kind" = qps ]; then
     out=$(awk '/Queries completed/ {done=$3} /Queries per second/ {q=$4} END {print q+0, done+0, 0}' "$WORK/perf.txt")
   else
@@ -213,8 +257,10 @@ measure() {
   others_s=$(calc "(($s1 - $s0) / $TCK - $srv) / $wall")
   srv_wait=$(calc "($w1 - $w0) / (($r1 - $r0) + ($w1 - $w0) + 1)")
   cli_wait=$(calc "($cw - $cw0) / (($cr - $cr0) + ($cw - $cw0) + 1)")
-  printf "%s %s %s %s %.2f %.2f %.3f %.3f %.2f\n" "$ROUND" "$s" "$kind" "$out" "$srv" "$wall" \
-    "$srv_wait" "$cli_wait" "$others_s" >>"$WORK/runs"
+  local thr=0
+  if ((tp1 > tp0)); then thr=$(calc "($tt1 - $tt0) / ($tp1 - $tp0)"); fi
+  printf "%s %s %s %s %.2f %.2f %.3f %.3f %.2f %.2f\n" "$ROUND" "$s" "$kind" "$out" "$srv" "$wall" \
+    "$srv_wait" "$cli_wait" "$others_s" "$thr" >>"$WORK/runs"
 }
 
 # The order of the servers in round r: rotated every round.
@@ -253,7 +299,7 @@ function median(arr, n,    i, j, t, tmp) {
   return (n % 2) ? tmp[(n+1)/2] : (tmp[n/2] + tmp[n/2+1]) / 2
 }
 {
-  r = $1; s = $2; k = $3; quiet = ($9 <= max && $10 <= max)
+  r = $1; s = $2; k = $3; quiet = (($9 <= max || $12 >= 0.9) && $10 <= max)   # a quota-bound run (SERVER_QUOTA) waits while throttled
   key = s SUBSEP k
   total[key]++
   if (quiet) nq[key]++
