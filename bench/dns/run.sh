@@ -31,7 +31,7 @@
 #   before either server is (Ferry at ~87 % of its core): q/s then measures dnsperf. With
 #   SERVER_QUOTA=P every server gets a cgroup-v1 CPU quota of P % of its core during the
 #   throughput runs (a child cgroup per server under /sys/fs/cgroup/cpu/ferry-dns-bench.<pid>,
-#   cpu.cfs_period_us SERVER_QUOTA_PERIOD_US (10000), removed at exit; the latency runs are not
+#   cpu.cfs_period_us QUOTA_PERIOD_US (10000), removed at exit; the latency runs are not
 #   capped), so the servers are the limit and the q/s ratio is the capacity ratio. Each
 #   throughput run then also records the share of CFS periods in which the server was throttled
 #   (near 100 %: the quota, not dnsperf, set the rate). Needs root.
@@ -67,18 +67,12 @@ fi
 
 WORK="$(mktemp -d /tmp/ferry-dns-bench.XXXXXX)"
 PIDS=()
-CG=""   # the per-run parent cgroup (SERVER_QUOTA)
+# shellcheck source=../lib/cpu-quota.sh
+. "$ROOT/bench/lib/cpu-quota.sh"
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ -n "$CG" ] && [ -d "$CG" ]; then
-    for d in "$CG"/*/; do
-      [ -f "$d/cgroup.procs" ] || continue
-      while read -r t; do echo "$t" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true; done <"$d/cgroup.procs"
-      rmdir "$d" 2>/dev/null || true
-    done
-    rmdir "$CG" 2>/dev/null || true
-  fi
+  quota_cleanup
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -156,25 +150,10 @@ for s in "${SERVERS[@]}"; do
   echo "   $s threads pinned to CPU: $(pinned "${PID[$s]}")"
 done
 if [ -n "${SERVER_QUOTA:-}" ]; then
-  case $SERVER_QUOTA in ''|*[!0-9]*) echo "SERVER_QUOTA must be a percentage (1-100)" >&2; exit 1;; esac
-  [ "$SERVER_QUOTA" -ge 1 ] && [ "$SERVER_QUOTA" -le 100 ] || { echo "SERVER_QUOTA must be 1-100" >&2; exit 1; }
-  [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || { echo "SERVER_QUOTA needs root and cgroup-v1 cpu at /sys/fs/cgroup/cpu" >&2; exit 1; }
-  QPERIOD=${SERVER_QUOTA_PERIOD_US:-10000}
-  QUOTA_US=$((QPERIOD * SERVER_QUOTA / 100))
-  CG=/sys/fs/cgroup/cpu/ferry-dns-bench.$$
-  mkdir "$CG"
-  for s in "${SERVERS[@]}"; do
-    mkdir "$CG/$s"
-    echo "$QPERIOD" >"$CG/$s/cpu.cfs_period_us"
-    echo -1 >"$CG/$s/cpu.cfs_quota_us"
-    echo "${PID[$s]}" >"$CG/$s/cgroup.procs"   # the whole thread group
-    for t in /proc/"${PID[$s]}"/task/*; do echo "${t##*/}" >"$CG/$s/tasks"; done
-  done
-  echo "   SERVER_QUOTA: throughput runs capped at $SERVER_QUOTA % of a core per server (cfs_quota_us $QUOTA_US / cfs_period_us $QPERIOD) in $CG/<server>"
+  quota_init dns-bench "$SERVER_QUOTA"
+  for s in "${SERVERS[@]}"; do quota_group "$s" "${PID[$s]}"; done
+  echo "   SERVER_QUOTA: throughput runs capped at $SERVER_QUOTA % of a core per server (period ${QUOTA_PERIOD_US} us) in $QUOTA_CG/<server>"
 fi
-throttled() { # server -> "periods throttled" of its cgroup (0 0 without SERVER_QUOTA)
-  if [ -n "$CG" ]; then awk '$1 == "nr_periods" {p = $2} $1 == "nr_throttled" {t = $2} END {print p + 0, t + 0}' "$CG/$1/cpu.stat"; else echo 0 0; fi
-}
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 declare -A RSS_IDLE
 for s in "${SERVERS[@]}"; do RSS_IDLE[$s]=$(rss_kb "${PID[$s]}"); done
@@ -210,10 +189,10 @@ measure() {
   local s=$1 kind=$2 port=${PORT[$1]} pid=${PID[$1]}
   local p0 s0 t0 p1 s1 t1 out dp r0 w0 r1 w1 cr=0 cw=0 cr0=0 cw0=0 first=1 sched
   local tp0 tt0 tp1 tt1
-  if [ -n "$CG" ]; then
-    if [ "$kind" = qps ]; then echo "$QUOTA_US" >"$CG/$s/cpu.cfs_quota_us"; else echo -1 >"$CG/$s/cpu.cfs_quota_us"; fi
+  if [ -n "${SERVER_QUOTA:-}" ]; then
+    if [ "$kind" = qps ]; then quota_set "$s" "$SERVER_QUOTA"; else quota_set "$s" -1; fi
   fi
-  read -r tp0 tt0 < <(throttled "$s")
+  read -r tp0 tt0 < <(quota_throttled "$s")
   p0=$(proc_ticks "$pid"); s0=$(core_ticks "$SERVER_CPU"); read -r r0 w0 < <(proc_sched "$pid"); t0=$(now)
   if [ "$kind" = qps ]; then
     nice -n "$NICE" taskset -c "$CLIENT_CPU" \
@@ -237,7 +216,7 @@ measure() {
   done
   wait "$dp" || true
   p1=$(proc_ticks "$pid"); s1=$(core_ticks "$SERVER_CPU"); read -r r1 w1 < <(proc_sched "$pid"); t1=$(now)
-  read -r tp1 tt1 < <(throttled "$s")
+  read -r tp1 tt1 < <(quota_throttled "$s")
   if [ "$kind" = qps ]; then
     out=$(awk '/Queries completed/ {done=$3} /Queries per second/ {q=$4} END {print q+0, done+0, 0}' "$WORK/perf.txt")
   else

@@ -33,7 +33,7 @@
 #   origin might not get their core: so the proxies' cgroups and a cgroup for the load side
 #   (origin and each wrk) get a CPU weight of PROXY_QUOTA_SHARES (default 10240, ten nice-0
 #   tasks) — the proxy gets its quota and no more, the load side what it needs.
-#   Needs root and the cgroup-v1 cpu controller.
+#   Needs root and the cgroup-v1 cpu controller (bench/lib/cpu-quota.sh).
 #
 # Installs nginx, haproxy and wrk with apt-get when missing (needs root). Prints ratios.
 set -euo pipefail
@@ -73,19 +73,13 @@ ORIGIN_BIN=target/release/examples/bench_origin
 MINI_BIN=target/release/examples/mini_proxy
 W=$(mktemp -d)
 PIDS=()
-CG=""   # the per-run parent cgroup (PROXY_QUOTA)
+QUOTA_PERIOD_US=${PROXY_QUOTA_PERIOD_US:-10000}
+# shellcheck source=../lib/cpu-quota.sh
+. "$(dirname "$0")/../lib/cpu-quota.sh"
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  if [ -n "$CG" ] && [ -d "$CG" ]; then
-    # Anything still in a child cgroup goes back to the root cgroup before the rmdir.
-    for d in "$CG"/*/; do
-      [ -d "$d" ] || continue
-      while read -r t; do echo "$t" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true; done <"$d/cgroup.procs"
-      rmdir "$d" 2>/dev/null || true
-    done
-    rmdir "$CG" 2>/dev/null || echo "warning: could not remove $CG" >&2
-  fi
+  quota_cleanup
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -189,30 +183,14 @@ sleep 2
 # PROXY_QUOTA: one child cgroup per proxy, each with the same quota; every thread of the proxy
 # moved in (cgroup.procs moves the thread group; the per-thread loop catches any that raced).
 if [ -n "${PROXY_QUOTA:-}" ]; then
-  QPERIOD=${PROXY_QUOTA_PERIOD_US:-10000}
-  case $PROXY_QUOTA in ''|*[!0-9]*) echo "PROXY_QUOTA must be a percentage (1-100)" >&2; exit 1;; esac
-  [ "$PROXY_QUOTA" -ge 1 ] && [ "$PROXY_QUOTA" -le 100 ] || { echo "PROXY_QUOTA must be 1-100" >&2; exit 1; }
-  [ -w /sys/fs/cgroup/cpu/cgroup.procs ] || { echo "PROXY_QUOTA needs root and cgroup-v1 cpu at /sys/fs/cgroup/cpu" >&2; exit 1; }
   QSHARES=${PROXY_QUOTA_SHARES:-10240}
-  CG=/sys/fs/cgroup/cpu/ferry-ingress-bench.$$
-  mkdir "$CG"
-  echo $((QSHARES * (${#PID[@]} + 1))) >"$CG/cpu.shares"
-  mkdir "$CG/load"
-  echo "$QSHARES" >"$CG/load/cpu.shares"
-  echo "$ORIGIN_PID" >"$CG/load/cgroup.procs"
+  quota_init ingress-bench "$PROXY_QUOTA"
+  quota_group load "$ORIGIN_PID" "$QSHARES"
   for name in "${!PID[@]}"; do
-    mkdir "$CG/$name"
-    echo "$QSHARES" >"$CG/$name/cpu.shares"
-    echo "$QPERIOD" >"$CG/$name/cpu.cfs_period_us"
-    echo $((QPERIOD * PROXY_QUOTA / 100)) >"$CG/$name/cpu.cfs_quota_us"
-    echo "${PID[$name]}" >"$CG/$name/cgroup.procs"
-    for t in /proc/"${PID[$name]}"/task/*; do echo "${t##*/}" >"$CG/$name/tasks"; done
-    # A process that re-execs or forks workers (none here do) would escape; check every thread.
-    for t in /proc/"${PID[$name]}"/task/*; do
-      grep -qx "${t##*/}" "$CG/$name/tasks" || { echo "thread ${t##*/} of $name not in $CG/$name" >&2; exit 1; }
-    done
+    quota_group "$name" "${PID[$name]}" "$QSHARES"
+    quota_set "$name" "$PROXY_QUOTA"
   done
-  echo "PROXY_QUOTA: each proxy capped at $PROXY_QUOTA % of a core (cfs_quota_us $((QPERIOD * PROXY_QUOTA / 100)) / cfs_period_us $QPERIOD) in $CG/<proxy>; weight $QSHARES for each proxy and for wrk + origin ($CG/load)"
+  echo "PROXY_QUOTA: each proxy capped at $PROXY_QUOTA % of a core (period $QUOTA_PERIOD_US us) in $QUOTA_CG/<proxy>; weight $QSHARES for each proxy and for wrk + origin ($QUOTA_CG/load)"
 fi
 for a in $ORIGIN $FERRY $NGINX $HAP $HYPER ${MINI:+$MINI_EPOLL $MINI_URING $MINI_FIXED $MINI_TOKIO}; do
   curl -sf -H 'Host: bench.test' "http://$a/" >/dev/null || { echo "no answer from $a" >&2; exit 1; }
@@ -228,18 +206,10 @@ done
 # A proxy share near 100 % (of what the machine's other jobs leave) with the load side below it
 # means the proxy was the bottleneck.
 # run_load CMD...: CMD in the load side's cgroup (PROXY_QUOTA), else as is.
-run_load() {
-  if [ -n "$CG" ]; then
-    sh -c 'echo $$ >"$1/load/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"
-  else
-    "$@"
-  fi
-}
-# thr%: with PROXY_QUOTA, the share of the run's CFS periods in which the proxy was throttled.
-cg_stat() { awk -v k="$2" '$1==k {print $2}' "$CG/$1/cpu.stat" 2>/dev/null || echo 0; }
+run_load() { quota_run load "$@"; }
 run() {
   local out rps p99 req cpu=0 pshare=0 lshare=0 lcpu=0 thr=- p0=0 t0=0 p1 t1
-  if [ -n "$CG" ]; then p0=$(cg_stat "$3" nr_periods); t0=$(cg_stat "$3" nr_throttled); fi
+  read -r p0 t0 < <(quota_throttled "$3")
   perf stat -x, -e task-clock -p "$2" -o "$W/stat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local sp=$!
   perf stat -x, -e task-clock -p "$ORIGIN_PID" -o "$W/ostat" -- sleep $((SECS + 1)) >/dev/null 2>&1 & local op=$!
   sleep 0.3
@@ -249,8 +219,8 @@ run() {
   req=$(awk '/requests in/ {print $1}' <<<"$out")
   p99=$(awk '$1=="99%" {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v=v/1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v=v*1000}; print v}' <<<"$out")
   wait "$sp" "$op" || true
-  if [ -n "$CG" ]; then
-    p1=$(cg_stat "$3" nr_periods); t1=$(cg_stat "$3" nr_throttled)
+  if [ -n "$QUOTA_CG" ]; then
+    read -r p1 t1 < <(quota_throttled "$3")
     thr=$(awk -v p=$((p1 - p0)) -v t=$((t1 - t0)) 'BEGIN{if (p>0) printf "%.0f", 100*t/p; else print 0}')
   fi
   # task-clock of a -p run covers the sleep ($SECS+1 s, the wrk run inside it); the requests
@@ -288,7 +258,7 @@ suite() {
     for name in "${names[@]}"; do
       read -r rps p99 cpu ps ls lc thr < <(run "$(url_of "$name")" "${PID[${name%-tls}]}" "${name%-tls}")
       printf '  round %d %-11s %8.0f req/s   p99 %7.2f ms   cpu %6.2f us/req   proxy %3s%%  load %3s%% (%.2f us/req)%s\n' \
-        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc" "${CG:+  thr $thr%}"
+        "$r" "$name" "$rps" "$p99" "$cpu" "$ps" "$ls" "$lc" "${QUOTA_CG:+  thr $thr%}"
       RPS[$name]+=" $rps"; P99[$name]+=" $p99"; CPU[$name]+=" $cpu"
     done
     # Same-round ratios (ferry vs the better peer of this round): the machine's load drifts

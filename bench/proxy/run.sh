@@ -40,8 +40,9 @@ FLOOR_EPOLL=127.79.0.4:8080
 FLOOR_TOKIO=127.79.0.5:8080
 FLOOR=${FLOOR:-1}
 PROXY_QUOTA=${PROXY_QUOTA:-}
-CG_ROOT=/sys/fs/cgroup/cpu
-CGS=()
+QUOTA_PERIOD_US=${QUOTA_PERIOD_US:-100000}
+# shellcheck source=../lib/cpu-quota.sh
+. bench/lib/cpu-quota.sh
 
 for tool in haproxy wrk; do
   if ! command -v $tool >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -59,7 +60,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -z "$NS" ] || ip netns del "$NS" 2>/dev/null || true
-  for cg in "${CGS[@]}"; do rmdir "$cg" 2>/dev/null || true; done
+  quota_cleanup
   rm -f "$CFG" "$CFG.wrk"
 }
 trap cleanup EXIT
@@ -106,14 +107,10 @@ for n in "${!PID[@]}"; do
   kill -0 "${PID[$n]}" 2>/dev/null || { echo "$n did not start (address in use?)"; exit 1; }
 done
 if [ -n "$PROXY_QUOTA" ]; then
-  [ -w "$CG_ROOT" ] || { echo "PROXY_QUOTA needs root and cgroup v1's cpu controller at $CG_ROOT"; exit 1; }
+  quota_init proxy-bench "$PROXY_QUOTA"
   for n in "${!PID[@]}"; do
-    cg="$CG_ROOT/ferry-proxy-bench-$$-$n"
-    mkdir "$cg" && CGS+=("$cg")
-    echo 100000 >"$cg/cpu.cfs_period_us"
-    echo $((PROXY_QUOTA * 1000)) >"$cg/cpu.cfs_quota_us"
-    # cgroup.procs moves every thread of the process (ferry's runtime threads too).
-    echo "${PID[$n]}" >"$cg/cgroup.procs"
+    quota_group "$n" "${PID[$n]}"
+    quota_set "$n" "$PROXY_QUOTA"
   done
 fi
 
