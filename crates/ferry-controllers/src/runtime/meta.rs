@@ -48,18 +48,26 @@ struct MetaWire {
     finalizers: Option<Vec<String>>,
 }
 
+impl MetaWire {
+    /// The kept fields as an `ObjectMeta` (the one place that says what the collector keeps:
+    /// empty owner and finalizer lists are dropped).
+    fn into_meta(self) -> ObjectMeta {
+        ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            uid: self.uid,
+            resource_version: self.resource_version,
+            deletion_timestamp: self.deletion_timestamp,
+            owner_references: self.owner_references.filter(|r| !r.is_empty()),
+            finalizers: self.finalizers.filter(|f| !f.is_empty()),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
 fn gc_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     Ok(Option::<MetaWire>::deserialize(d)?
-        .map(|w| ObjectMeta {
-            name: w.name,
-            namespace: w.namespace,
-            uid: w.uid,
-            resource_version: w.resource_version,
-            deletion_timestamp: w.deletion_timestamp,
-            owner_references: w.owner_references.filter(|r| !r.is_empty()),
-            finalizers: w.finalizers.filter(|f| !f.is_empty()),
-            ..ObjectMeta::default()
-        })
+        .map(MetaWire::into_meta)
         .unwrap_or_default())
 }
 
@@ -151,17 +159,17 @@ impl<K> From<kube::core::PartialObjectMeta<K>> for MetaObject {
     /// The projection of a metadata-only answer (or of a full object decoded as one).
     fn from(p: kube::core::PartialObjectMeta<K>) -> Self {
         let m = p.metadata;
+        let wire = MetaWire {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            deletion_timestamp: m.deletion_timestamp,
+            owner_references: m.owner_references,
+            finalizers: m.finalizers,
+        };
         MetaObject {
-            metadata: ObjectMeta {
-                name: m.name,
-                namespace: m.namespace,
-                uid: m.uid,
-                resource_version: m.resource_version,
-                deletion_timestamp: m.deletion_timestamp,
-                owner_references: m.owner_references.filter(|r| !r.is_empty()),
-                finalizers: m.finalizers.filter(|f| !f.is_empty()),
-                ..ObjectMeta::default()
-            },
+            metadata: wire.into_meta(),
             phase: None,
         }
     }
