@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Ferry's tests need when it is missing: Debian etcd-server, kubernetes-client
 # (kubectl 1.20, unpacked privately when another kubectl owns /usr/bin/kubectl), nftables,
-# dnsutils, protobuf-compiler, containernetworking-plugins, iproute2, conntrack, curl; PyPI
+# dnsutils, protobuf-compiler, containernetworking-plugins, iproute2, conntrack, curl, containerd,
+# runc, docker-registry, skopeo, apache2-utils, busybox-static; PyPI
 # kubernetes; cargo-machete. Idempotent.
 set -euo pipefail
 TOOLS=${FERRY_TOOLS_DIR:-/var/tmp/ferry-tools}
@@ -20,6 +21,15 @@ command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# ferry-cri's containerd tests: containerd (with ctr), runc, a static busybox for the offline
+# pause/busybox images, Debian's registry, skopeo to push to it, htpasswd for its auth.
+command -v containerd >/dev/null 2>&1 || need+=(containerd)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
+# busybox-static replaces the dynamic busybox package; only the static one can go in an image.
+if ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then need+=(busybox-static); fi
 updated=0
 if [ ${#need[@]} -gt 0 ]; then
   echo "test-deps: installing ${need[*]}" >&2

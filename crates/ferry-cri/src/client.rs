@@ -129,6 +129,8 @@ impl CriClient {
             let attempt = tokio::time::timeout(Duration::from_secs(5), self.version()).await;
             let err = match attempt {
                 Ok(Ok(v)) => return Ok(v),
+                // The socket answers but has no CRI: the plugin failed to load; retrying won't help.
+                Ok(Err(e)) if e.kind == crate::ErrorKind::Unimplemented => return Err(e),
                 Ok(Err(e)) => e,
                 Err(_) => CriError::timeout(Op::Version, Duration::from_secs(5)),
             };

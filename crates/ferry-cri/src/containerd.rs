@@ -5,8 +5,10 @@
 //!
 //! Nothing uses containerd's default paths (/var/lib/containerd, /run/containerd,
 //! /etc/containerd, /opt/containerd) except what containerd 1.6 hard-codes: its shims' sockets
-//! go to `/run/containerd/s/<sha256>` (runtime/v2/shim's socket root); [`cleanup_leftovers`]
-//! removes the ones of our shims.
+//! go to `/run/containerd/s/<sha256>` (runtime/v2/shim's socket root), and libcni's result
+//! cache (which the CRI plugin does not configure) to `/var/lib/cni/results`. The shim
+//! removes its socket and CNI DEL its cache entry; after a `kill -9`, [`cleanup_leftovers`]
+//! removes the ones of our shims and sandboxes.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -82,11 +84,10 @@ impl Default for Options {
 }
 
 /// Plugins Ferry's containerd does not load: snapshotters it does not use, the `opt` plugin
-/// (which would create /opt/containerd), the v1 runtime, tracing, and the stand-alone
+/// (which would create /opt/containerd), tracing, and the stand-alone
 /// streaming/TCP pieces.
 pub const DISABLED_PLUGINS: &[&str] = &[
     "io.containerd.internal.v1.opt",
-    "io.containerd.runtime.v1.linux",
     "io.containerd.snapshotter.v1.aufs",
     "io.containerd.snapshotter.v1.btrfs",
     "io.containerd.snapshotter.v1.devmapper",
@@ -141,6 +142,10 @@ pub fn render_config(layout: &Layout, opts: &Options) -> String {
         toml_str(&opts.sandbox_image)
     ));
     s.push_str("  netns_mounts_under_state_dir = true\n");
+    // Never below containerd's own oom_score_adj: the sandbox's -998 is refused where the
+    // agent may not lower scores (containers, some VMs), and Ferry's pods should not
+    // outlive Ferry under memory pressure anyway.
+    s.push_str("  restrict_oom_score_adj = true\n");
     s.push_str("  stream_server_address = \"127.0.0.1\"\n");
     s.push_str("  stream_server_port = \"0\"\n");
     s.push_str("  enable_tls_streaming = false\n");
@@ -700,6 +705,32 @@ fn shim_socket_files(layout: &Layout) -> Vec<PathBuf> {
     out
 }
 
+/// libcni's result cache directory (not configurable through containerd 1.6's CRI plugin).
+pub const CNI_CACHE_RESULTS: &str = "/var/lib/cni/results";
+
+/// The CNI cache entries (`<network>-<sandbox id>-<ifname>`) that belong to `sandbox_ids`.
+pub fn cni_cache_entries<'a>(names: &'a [String], sandbox_ids: &[String]) -> Vec<&'a str> {
+    names
+        .iter()
+        .filter(|n| {
+            sandbox_ids
+                .iter()
+                .any(|id| !id.is_empty() && n.contains(&format!("-{id}-")))
+        })
+        .map(String::as_str)
+        .collect()
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Cleans up what a killed Ferry left under `data_dir`: kills our containerd and shims (and
 /// their containers, with `runc delete --force` on our runc root), unmounts everything under
 /// the data dir (deepest first, lazily), and removes the shims' sockets and the state dir.
@@ -763,6 +794,16 @@ pub async fn cleanup_leftovers(data_dir: &Path) -> Result<Leftovers, ContainerdE
     for s in sockets {
         let _ = std::fs::remove_file(s);
     }
+    let sandboxes = dir_names(
+        &layout
+            .root()
+            .join("io.containerd.grpc.v1.cri")
+            .join("sandboxes"),
+    );
+    let cache = dir_names(Path::new(CNI_CACHE_RESULTS));
+    for name in cni_cache_entries(&cache, &sandboxes) {
+        let _ = std::fs::remove_file(Path::new(CNI_CACHE_RESULTS).join(name));
+    }
     let _ = std::fs::remove_dir_all(layout.state());
     Ok(found)
 }
@@ -788,6 +829,7 @@ mod tests {
             "config_path = \"/var/lib/ferry/containerd/certs.d\"",
             "Root = \"/var/lib/ferry/containerd/state/runc\"",
             "netns_mounts_under_state_dir = true",
+            "restrict_oom_score_adj = true",
             "\"io.containerd.internal.v1.opt\"",
         ] {
             assert!(c.contains(needle), "missing {needle:?} in\n{c}");
@@ -922,6 +964,24 @@ mod tests {
             p(16, &["/usr/bin/containerd-shim-runc-v2", "-address"]),
         ];
         assert_eq!(find_processes(&procs, &l), (vec![10], vec![12]));
+    }
+
+    #[test]
+    fn cni_cache_table() {
+        let names: Vec<String> = [
+            "ferry-cri-test-abc123-eth0",
+            "cni-loopback-abc123-lo",
+            "other-net-def456-eth0",
+            "ferry-cri-test-abc1234-eth0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let ids = vec!["abc123".to_string(), String::new()];
+        assert_eq!(
+            cni_cache_entries(&names, &ids),
+            vec!["ferry-cri-test-abc123-eth0", "cni-loopback-abc123-lo"]
+        );
     }
 
     #[test]
