@@ -379,13 +379,26 @@ pub fn image_spec(image: &str) -> pb::ImageSpec {
 }
 
 /// A CRI `AuthConfig` with a user name and password (what kubelet builds from a
-/// `kubernetes.io/dockerconfigjson` pull secret).
+/// `kubernetes.io/dockerconfigjson` pull secret). `server` is the registry as pull secrets
+/// name it (`host[:port]`, optionally with a scheme and path).
 pub fn basic_auth(server: &str, username: &str, password: &str) -> pb::AuthConfig {
     pb::AuthConfig {
         username: username.into(),
         password: password.into(),
-        server_address: server.into(),
+        server_address: auth_server_address(server),
         ..Default::default()
+    }
+}
+
+/// containerd matches `AuthConfig.server_address` by parsing it as a URL and comparing its
+/// host with the registry's: a bare `host:port` does not parse as a URL, so a scheme is added
+/// (the scheme itself is not compared). Empty stays empty (credentials for any registry).
+pub fn auth_server_address(server: &str) -> String {
+    let s = server.trim();
+    if s.is_empty() || s.contains("://") {
+        s.to_string()
+    } else {
+        format!("https://{s}")
     }
 }
 
