@@ -376,7 +376,8 @@ mod tests {
     fn names_table() {
         let long_dir = "d".repeat(120);
         let long = format!("{long_dir}/file");
-        let cases: Vec<(String, Result<(String, String), OciError>)> = vec![
+        type Split = Result<(String, String), OciError>;
+        let cases: Vec<(String, Split)> = vec![
             ("a/b".into(), Ok(("".into(), "a/b".into()))),
             (long.clone(), Ok((long_dir.clone(), "file".into()))),
             ("x".repeat(101), Err(OciError::NameTooLong("x".repeat(101)))),

@@ -210,5 +210,22 @@ async fn registry_body(tmp: PathBuf, netns: String) {
         .await
         .expect("pull with auth");
     assert!(c.image_status(image).await.expect("status").is_some());
+
+    // A crashed containerd is restarted (after the back-off) and keeps its images.
+    let pid = sup.pid().expect("running");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill containerd");
+    poll(60, "containerd restarted", || {
+        let restarted = sup.restarts() >= 1 && sup.pid().is_some_and(|p| p != pid);
+        async move { restarted.then_some(()) }
+    })
+    .await;
+    c.wait_ready(std::time::Duration::from_secs(60))
+        .await
+        .expect("CRI answers after the restart");
+    assert!(c.image_status(image).await.expect("status").is_some());
     sup.stop().await;
 }
