@@ -8,6 +8,7 @@ pub mod error;
 pub mod images;
 pub mod oci;
 pub mod pb;
+pub mod streaming;
 
 pub use client::CriClient;
 pub use error::{CriError, ErrorKind, Op};

@@ -230,3 +230,19 @@ pub fn check_default_paths(before: &[(&'static str, bool)]) {
         }
     }
 }
+
+/// Removes the hard-coded containerd/libcni dirs when this test created them and they are
+/// empty (the failure path; [`check_default_paths`] asserts before doing the same).
+pub fn tidy_default_paths(before: &[(&'static str, bool)]) {
+    for (p, was) in before {
+        if !*was && (*p == "/run/containerd" || *p == "/var/lib/cni") {
+            let sub = if *p == "/run/containerd" {
+                "s"
+            } else {
+                "results"
+            };
+            let _ = std::fs::remove_dir(Path::new(p).join(sub));
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}

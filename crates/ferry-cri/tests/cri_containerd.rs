@@ -138,6 +138,7 @@ async fn pods_run_real_oci_images() {
     // Whatever happened: nothing of this test may stay behind.
     let found = containerd::cleanup_leftovers(&data).await.expect("cleanup");
     if let Err(e) = result {
+        tidy_default_paths(&before);
         let log = std::fs::read_to_string(data.join("containerd.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(40).collect();
         eprintln!(
@@ -172,6 +173,7 @@ async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: S
     let mut cfg = SupervisorConfig::new(&data);
     std::fs::create_dir_all(&data).expect("mkdir");
     cfg.options.snapshotter = containerd::choose_snapshotter(&data).into();
+    let netns_path = netns.clone();
     cfg.netns = Some(netns);
     cfg.options.log_level = "debug".into();
     write_cni_conf(&cfg.layout, &tmp, "10.88.41.0/24", "ferrycri0");
@@ -282,16 +284,49 @@ async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: S
         (out.exit_code, out.stderr.as_slice()),
         (3, b"err\n".as_slice())
     );
+    // Exec through the streaming server (WebSocket, v4.channel.k8s.io).
     let url = c
         .exec(pb::ExecRequest {
             container_id: id.clone(),
-            cmd: vec!["sh".into()],
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo out; echo err >&2; exit 3".into(),
+            ],
             stdout: true,
+            stderr: true,
             ..Default::default()
         })
         .await
         .expect("exec url");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let streamed = ferry_cri::streaming::run(&url, Some(&netns_path), None)
+        .await
+        .expect("streamed exec");
+    assert_eq!(
+        (
+            streamed.stdout.as_slice(),
+            streamed.stderr.as_slice(),
+            streamed.exit_code
+        ),
+        (b"out\n".as_slice(), b"err\n".as_slice(), 3)
+    );
+    let url = c
+        .exec(pb::ExecRequest {
+            container_id: id.clone(),
+            cmd: vec!["hostname".into()],
+            stdout: true,
+            ..Default::default()
+        })
+        .await
+        .expect("exec url");
+    let streamed = ferry_cri::streaming::run(&url, Some(&netns_path), None)
+        .await
+        .expect("streamed exec");
+    assert_eq!(
+        (streamed.stdout.as_slice(), streamed.exit_code),
+        (b"web-1\n".as_slice(), 0)
+    );
     let stats = c.list_container_stats(None).await.expect("stats");
     assert!(
         stats

@@ -102,6 +102,7 @@ async fn pull_from_plain_http_and_authenticated_registries() {
     let result = tokio::spawn(registry_body(tmp.path().to_path_buf(), netns.name.clone())).await;
     let found = containerd::cleanup_leftovers(&data).await.expect("cleanup");
     if let Err(e) = result {
+        tidy_default_paths(&before);
         drop(netns);
         std::panic::resume_unwind(e.into_panic());
     }
