@@ -188,6 +188,130 @@ pub async fn run(
     Ok(out)
 }
 
+/// The URL of a WebSocket port-forward to `port` (the streaming server reads the ports of a
+/// WebSocket session from `?port=`).
+pub fn port_forward_url(url: &str, port: u16) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}port={port}")
+}
+
+/// One side of a port-forward message: channel 0 carries data, channel 1 errors; each
+/// channel's first message from the server is the port (2 bytes, little-endian).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortForwardFrame {
+    Data(Vec<u8>),
+    Error(String),
+    /// The port announcement, or an empty message.
+    Ignore,
+}
+
+/// Classifies one server message of a single-port session; `seen` tracks which channels have
+/// had their port announcement already.
+pub fn port_forward_frame(msg: &[u8], seen: &mut [bool; 2]) -> PortForwardFrame {
+    let Some((&channel, body)) = msg.split_first() else {
+        return PortForwardFrame::Ignore;
+    };
+    let idx = usize::from(channel.min(1));
+    let body = if !seen[idx] {
+        seen[idx] = true;
+        body.get(2..).unwrap_or_default()
+    } else {
+        body
+    };
+    match (channel, body.is_empty()) {
+        (_, true) => PortForwardFrame::Ignore,
+        (0, false) => PortForwardFrame::Data(body.to_vec()),
+        (1, false) => PortForwardFrame::Error(String::from_utf8_lossy(body).into_owned()),
+        _ => PortForwardFrame::Ignore,
+    }
+}
+
+/// Opens a port-forward session to one port (`url` from CRI `PortForward`) and returns a
+/// byte stream to it: what is written goes to the pod's port, what the pod sends is read.
+/// An error reported by the server ends the stream.
+pub async fn port_forward(
+    url: &str,
+    netns: Option<&std::path::Path>,
+    port: u16,
+) -> Result<tokio::io::DuplexStream, StreamError> {
+    let full = port_forward_url(url, port);
+    let mut req = ws_url(&full)?
+        .into_client_request()
+        .map_err(|e| StreamError::Connect(e.to_string()))?;
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        http::HeaderValue::from_static(PROTOCOL),
+    );
+    let tcp = match netns {
+        Some(ns) => connect_in_netns(ns, &authority(url)?).await?,
+        None => tokio::net::TcpStream::connect(authority(url)?)
+            .await
+            .map_err(|e| StreamError::Connect(e.to_string()))?,
+    };
+    let (ws, _) = tokio_tungstenite::client_async(req, tcp)
+        .await
+        .map_err(|e| StreamError::Connect(e.to_string()))?;
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(pump_port_forward(ws, theirs, port));
+    Ok(ours)
+}
+
+async fn pump_port_forward<S>(
+    ws: tokio_tungstenite::WebSocketStream<S>,
+    local: tokio::io::DuplexStream,
+    port: u16,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut sink, mut stream) = ws.split();
+    let (mut rd, mut wr) = tokio::io::split(local);
+    let mut seen = [false; 2];
+    let mut buf = vec![0u8; 32 * 1024];
+    let mut local_open = true;
+    loop {
+        tokio::select! {
+            n = rd.read(&mut buf), if local_open => {
+                match n {
+                    Ok(0) | Err(_) => {
+                        // v4 cannot half-close: keep reading until the pod side ends.
+                        local_open = false;
+                    }
+                    Ok(n) => {
+                        let mut msg = Vec::with_capacity(n + 1);
+                        msg.push(0u8);
+                        msg.extend_from_slice(&buf[..n]);
+                        if sink.send(Message::Binary(msg.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            m = stream.next() => {
+                let data = match m {
+                    Some(Ok(Message::Binary(b))) => b,
+                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(_)) => continue,
+                };
+                match port_forward_frame(&data, &mut seen) {
+                    PortForwardFrame::Data(d) => {
+                        if wr.write_all(&d).await.is_err() {
+                            break;
+                        }
+                    }
+                    PortForwardFrame::Error(e) => {
+                        tracing::debug!(port, error = %e, "port-forward error from the runtime");
+                        break;
+                    }
+                    PortForwardFrame::Ignore => {}
+                }
+            }
+        }
+    }
+    let _ = wr.shutdown().await;
+    let _ = sink.close().await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +330,38 @@ mod tests {
         );
         assert!(authority("http://host/exec").is_err());
         assert!(authority("https://h:1/x").is_err());
+    }
+
+    #[test]
+    fn port_forward_frames() {
+        assert_eq!(
+            port_forward_url("http://h:1/portforward/tok", 80),
+            "http://h:1/portforward/tok?port=80"
+        );
+        let mut seen = [false; 2];
+        let cases: Vec<(Vec<u8>, PortForwardFrame)> = vec![
+            (vec![0, 80, 0], PortForwardFrame::Ignore),
+            (vec![1, 80, 0], PortForwardFrame::Ignore),
+            (
+                b"\0hello".to_vec(),
+                PortForwardFrame::Data(b"hello".to_vec()),
+            ),
+            (
+                b"\x01refused".to_vec(),
+                PortForwardFrame::Error("refused".into()),
+            ),
+            (vec![], PortForwardFrame::Ignore),
+            (vec![0], PortForwardFrame::Ignore),
+        ];
+        for (msg, want) in cases {
+            assert_eq!(port_forward_frame(&msg, &mut seen), want, "{msg:?}");
+        }
+        // Data in the same message as the port announcement.
+        let mut fresh = [false; 2];
+        assert_eq!(
+            port_forward_frame(b"\0\x50\0hi", &mut fresh),
+            PortForwardFrame::Data(b"hi".to_vec())
+        );
     }
 
     #[test]

@@ -327,6 +327,49 @@ async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: S
         (streamed.stdout.as_slice(), streamed.exit_code),
         (b"web-1\n".as_slice(), 0)
     );
+    // Port-forward through the streaming server to a busybox httpd in the pod.
+    let web = c
+        .create_container(
+            &sb,
+            container_config(
+                "web",
+                &["sh", "-c", "mkdir -p /www && echo ferry-pf > /www/index.html && exec httpd -f -p 8080 -h /www"],
+                0,
+            ),
+            sb_cfg.clone(),
+        )
+        .await
+        .expect("create web");
+    c.start_container(&web).await.expect("start web");
+    let pf_url = c
+        .port_forward(&sb, &[8080])
+        .await
+        .expect("port-forward url");
+    let body = poll(60, "page through port-forward", || {
+        let url = pf_url.clone();
+        let ns = netns_path.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = ferry_cri::streaming::port_forward(&url, Some(&ns), 8080)
+                .await
+                .ok()?;
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.ok()?;
+            let mut out = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+                .await
+                .ok()?
+                .ok()?;
+            let text = String::from_utf8_lossy(&out).into_owned();
+            text.contains("ferry-pf").then_some(text)
+        }
+    })
+    .await;
+    assert!(body.starts_with("HTTP/1."), "{body}");
+    c.stop_container(&web, Duration::ZERO)
+        .await
+        .expect("stop web");
+    c.remove_container(&web).await.expect("remove web");
+
     let stats = c.list_container_stats(None).await.expect("stats");
     assert!(
         stats
