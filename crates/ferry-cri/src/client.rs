@@ -260,6 +260,27 @@ impl CriClient {
         self.call(Op::ContainerStatus, req, self.timeout).await
     }
 
+    /// Polls `ContainerStatus` every `interval` until the container has exited (what a PLEG
+    /// relist does; containerd 1.6 has no `GetContainerEvents`). Returns the final status:
+    /// `exit_code`, `reason` ("OOMKilled", "Completed", "Error"), `finished_at`.
+    pub async fn wait_container_exit(
+        &self,
+        id: &str,
+        interval: Duration,
+    ) -> Result<pb::ContainerStatus, CriError> {
+        loop {
+            let st = self
+                .container_status(id, false)
+                .await?
+                .status
+                .unwrap_or_default();
+            if st.state == pb::ContainerState::ContainerExited as i32 {
+                return Ok(st);
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
     /// Runs `cmd` in the container; `timeout` zero means no limit (CRI semantics).
     pub async fn exec_sync(
         &self,
@@ -434,10 +455,23 @@ mod tests {
         // exit_code = 7 (varint), reason = 10 (length-delimited).
         assert_eq!(&bytes[..3], b"\x38\x89\x01");
         assert_eq!(&bytes[3..5], b"\x52\x09");
-        let auth = basic_auth("r:5000", "u", "p");
+        let auth = basic_auth("http://r:5", "u", "p");
         assert_eq!(
             auth.encode_to_vec(),
-            b"\x0a\x01u\x12\x01p\x22\x06r:5000".to_vec()
+            b"\x0a\x01u\x12\x01p\x22\x0ahttp://r:5".to_vec()
         );
+    }
+
+    #[test]
+    fn auth_server_addresses() {
+        let cases = [
+            ("127.0.0.1:5001", "https://127.0.0.1:5001"),
+            ("http://127.0.0.1:5001", "http://127.0.0.1:5001"),
+            ("https://index.docker.io/v1/", "https://index.docker.io/v1/"),
+            ("", ""),
+        ];
+        for (input, want) in cases {
+            assert_eq!(auth_server_address(input), want, "{input}");
+        }
     }
 }

@@ -501,62 +501,63 @@ impl Supervisor {
 
 async fn watch_loop(
     cfg: SupervisorConfig,
-    mut child: tokio::process::Child,
+    child: tokio::process::Child,
     shared: Arc<Mutex<Shared>>,
     mut stop_rx: watch::Receiver<bool>,
 ) {
+    let mut child = Some(child);
+    let mut since = Instant::now();
+    // Consecutive failures: reset once a containerd has run for STABLE_AFTER.
+    let mut crashes: u32 = 0;
     loop {
+        if let Some(c) = child.as_mut() {
+            tokio::select! {
+                st = c.wait() => {
+                    tracing::warn!(status = ?st, "containerd exited; restarting");
+                    child = None;
+                    if since.elapsed() >= STABLE_AFTER {
+                        crashes = 0;
+                    }
+                    if let Ok(mut s) = shared.lock() {
+                        s.pid = None;
+                    }
+                }
+                _ = stop_rx.changed() => {
+                    if let Some(pid) = c.id() {
+                        signal(pid, rustix::process::Signal::TERM);
+                    }
+                    if tokio::time::timeout(cfg.stop_grace, c.wait()).await.is_err() {
+                        let _ = c.start_kill();
+                        let _ = c.wait().await;
+                    }
+                    if let Ok(mut s) = shared.lock() {
+                        s.pid = None;
+                    }
+                    return;
+                }
+            }
+        }
         tokio::select! {
-            st = child.wait() => {
-                let n = shared.lock().map(|s| s.restarts).unwrap_or(0);
-                tracing::warn!(status = ?st, restarts = n, "containerd exited; restarting");
-                let delay = restart_backoff(n);
-                tokio::select! {
-                    _ = tokio::time::sleep(delay) => {}
-                    _ = stop_rx.changed() => return,
-                }
-                match spawn(&cfg) {
-                    Ok(c) => {
-                        child = c;
-                        if let Ok(mut s) = shared.lock() {
-                            s.pid = child.id();
-                            s.restarts += 1;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "restarting containerd");
-                        if let Ok(mut s) = shared.lock() {
-                            s.pid = None;
-                            s.restarts += 1;
-                        }
-                        // Try again after the next back-off: wait on a dummy exit.
-                        tokio::select! {
-                            _ = tokio::time::sleep(restart_backoff(n + 1)) => {}
-                            _ = stop_rx.changed() => return,
-                        }
-                        match spawn(&cfg) {
-                            Ok(c) => child = c,
-                            Err(_) => return,
-                        }
-                    }
-                }
-            }
-            _ = stop_rx.changed() => {
-                if let Some(pid) = child.id() {
-                    signal(pid, rustix::process::Signal::TERM);
-                }
-                if tokio::time::timeout(cfg.stop_grace, child.wait()).await.is_err() {
-                    let _ = child.start_kill();
-                    let _ = child.wait().await;
-                }
+            _ = tokio::time::sleep(restart_backoff(crashes)) => {}
+            _ = stop_rx.changed() => return,
+        }
+        crashes = crashes.saturating_add(1);
+        match spawn(&cfg) {
+            Ok(c) => {
+                since = Instant::now();
                 if let Ok(mut s) = shared.lock() {
-                    s.pid = None;
+                    s.pid = c.id();
+                    s.restarts += 1;
                 }
-                return;
+                child = Some(c);
             }
+            Err(e) => tracing::error!(error = %e, "restarting containerd"),
         }
     }
 }
+
+/// A containerd that ran this long before exiting restarts without accumulated back-off.
+pub const STABLE_AFTER: Duration = Duration::from_secs(60);
 
 // ---- Leftovers after a kill -9 ----
 

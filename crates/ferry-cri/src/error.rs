@@ -154,6 +154,7 @@ pub fn classify(code: tonic::Code, message: &str) -> ErrorKind {
         {
             ErrorKind::Unauthorized
         }
+        _ if lower.contains("invalid reference format") => ErrorKind::InvalidArgument,
         _ if lower.contains(": not found") || lower.ends_with("not found") => ErrorKind::NotFound,
         _ => ErrorKind::Failed,
     }

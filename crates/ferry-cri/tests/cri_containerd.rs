@@ -395,15 +395,13 @@ async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: S
         .await
         .expect("create hog");
     c.start_container(&oom).await.expect("start hog");
-    let st = poll(60, "hog exited", || {
-        let c = c.clone();
-        let id = oom.clone();
-        async move {
-            let st = state_of(&c, &id).await;
-            (st.state == pb::ContainerState::ContainerExited as i32).then_some(st)
-        }
-    })
-    .await;
+    let st = tokio::time::timeout(
+        Duration::from_secs(60),
+        c.wait_container_exit(&oom, Duration::from_millis(200)),
+    )
+    .await
+    .expect("hog exits within 60 s")
+    .expect("hog status");
     assert_eq!(st.reason, "OOMKilled", "{st:?}");
     assert_eq!(st.exit_code, 137, "{st:?}");
 

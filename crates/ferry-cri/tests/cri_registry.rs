@@ -192,6 +192,13 @@ async fn registry_body(tmp: PathBuf, netns: String) {
     assert_eq!(e.reason(), "ErrImagePull", "{e:?}");
     assert_eq!(e.kind, ErrorKind::NotFound, "{e:?}");
 
+    // A malformed reference.
+    let e = c
+        .pull_image("127.0.0.1:5000/Test/BusyBox:1", None, None)
+        .await
+        .expect_err("upper-case repository");
+    assert_eq!(e.reason(), "InvalidImageName", "{e:?}");
+
     // htpasswd: denied without credentials, pulled with them.
     let image = "127.0.0.1:5001/test/busybox:1";
     let e = c
