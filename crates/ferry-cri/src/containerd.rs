@@ -627,7 +627,8 @@ fn unescape_mount(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Mount points of /proc/self/mountinfo text that are at or under `dir`, deepest first.
+/// Mount points of /proc/self/mountinfo text strictly under `dir`, deepest first (`dir`
+/// itself may be a mount the user made for Ferry's data and is left alone).
 pub fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<String> {
     let dir = dir.to_string_lossy();
     let dir = dir.trim_end_matches('/');
@@ -635,7 +636,7 @@ pub fn mounts_under(mountinfo: &str, dir: &Path) -> Vec<String> {
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
         .map(unescape_mount)
-        .filter(|m| m == dir || m.starts_with(&format!("{dir}/")))
+        .filter(|m| m.starts_with(&format!("{dir}/")))
         .collect();
     found.sort_by(|a, b| {
         b.matches('/')
@@ -1001,7 +1002,6 @@ mod tests {
                 "/d/state/io.containerd.runtime.v2.task/k8s.io/x/rootfs".to_string(),
                 "/d/root/io.containerd.grpc.v1.cri/sandboxes/x/shm".to_string(),
                 "/d/state/with space".to_string(),
-                "/d".to_string(),
             ]
         );
     }
