@@ -122,6 +122,7 @@ async fn pods_run_real_oci_images() {
         return;
     }
     let before = default_paths();
+    let etc_before = etc_containerd();
     let tmp = tempfile::Builder::new()
         .prefix("ferry-cri-")
         .tempdir_in("/tmp")
@@ -164,6 +165,7 @@ async fn pods_run_real_oci_images() {
         .exists()
     );
     check_default_paths(&before);
+    assert_eq!(etc_containerd(), etc_before, "/etc/containerd changed");
 }
 
 async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: String) {

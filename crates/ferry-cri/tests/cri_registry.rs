@@ -93,6 +93,7 @@ async fn pull_from_plain_http_and_authenticated_registries() {
         return;
     }
     let before = default_paths();
+    let etc_before = etc_containerd();
     let tmp = tempfile::Builder::new()
         .prefix("ferry-cri-reg-")
         .tempdir_in("/tmp")
@@ -113,6 +114,7 @@ async fn pull_from_plain_http_and_authenticated_registries() {
     assert_nothing_left(&data, tmp.path());
     drop(netns);
     check_default_paths(&before);
+    assert_eq!(etc_containerd(), etc_before, "/etc/containerd changed");
 }
 
 async fn registry_body(tmp: PathBuf, netns: String) {
@@ -158,6 +160,14 @@ async fn registry_body(tmp: PathBuf, netns: String) {
     cfg.registries = vec![
         RegistryHosts::plain_http("127.0.0.1:5000"),
         RegistryHosts::plain_http("127.0.0.1:5001"),
+        // docker.io through a mirror; the upstream is a closed loopback port, so the pull
+        // can only succeed through the mirror (and nothing leaves the test netns).
+        RegistryHosts {
+            name: "docker.io".into(),
+            server: "http://127.0.0.1:9".into(),
+            mirrors: vec!["http://127.0.0.1:5000".into()],
+            skip_verify: false,
+        },
     ];
     let sup = Supervisor::start(cfg).await.expect("containerd starts");
     let c = sup.client();
@@ -183,6 +193,18 @@ async fn registry_body(tmp: PathBuf, netns: String) {
     );
     c.remove_image(image).await.expect("remove image");
     assert!(c.image_status(image).await.expect("status").is_none());
+
+    // Through the mirror.
+    let mirrored = "docker.io/test/busybox:1";
+    c.pull_image(mirrored, None, None)
+        .await
+        .expect("pull through the mirror");
+    let st = c
+        .image_status(mirrored)
+        .await
+        .expect("status")
+        .expect("mirrored");
+    assert!(st.repo_tags.iter().any(|t| t == mirrored), "{st:?}");
 
     // A tag that is not there.
     let e = c

@@ -169,6 +169,23 @@ where
     }
 }
 
+/// /etc/containerd's files with their sizes and modification times (Debian ships a
+/// config.toml there, which Ferry's containerd must neither read nor touch).
+pub fn etc_containerd() -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out: Vec<_> = std::fs::read_dir("/etc/containerd")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let m = e.metadata().ok()?;
+                    Some((e.path(), m.len(), m.modified().ok()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// Which of containerd's default paths exist now.
 pub fn default_paths() -> Vec<(&'static str, bool)> {
     [
