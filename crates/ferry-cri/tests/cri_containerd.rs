@@ -463,3 +463,18 @@ async fn pods_body(tmp: std::path::PathBuf, netns: std::path::PathBuf, cgroup: S
     assert!(!found.shims.is_empty(), "{found:?}");
     assert_nothing_left(&data, &tmp);
 }
+
+/// A containerd that exits at once is reported with its status and log, not waited on.
+#[tokio::test]
+async fn start_reports_an_exiting_containerd() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cfg = SupervisorConfig::new(tmp.path().join("containerd"));
+    cfg.containerd_bin = "/bin/false".into();
+    match Supervisor::start(cfg).await {
+        Err(containerd::ContainerdError::Exited { status, .. }) => {
+            assert!(status.contains("exit status: 1"), "{status}")
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("/bin/false cannot serve CRI"),
+    }
+}
