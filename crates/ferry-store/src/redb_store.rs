@@ -26,6 +26,31 @@
 //! Without the log, every batch is a redb commit with immediate durability, which writes each
 //! touched B-tree page and syncs the file: several times the cost of one append.
 //!
+//! # Faults: a full disk, a read-only file system, a vanished data directory
+//!
+//! Before each batch the writer looks at the data directory (`statvfs`, and whether the
+//! database file at its path is still the one it has open). A batch is refused, before
+//! anything is written, when the file system is read-only, the file is gone or replaced, or
+//! the free space is below [`RedbOptions::reserve_bytes`] plus room for the batch and for a
+//! checkpoint of the pending log. Refused writes get [`StoreError::WritesRefused`] naming the
+//! cause (`store: no space left on device (<dir>): writes refused until space is freed`, as
+//! etcd answers `mvcc: database space exceeded`); they change nothing: no revision, no event.
+//! An I/O error of the log or of redb itself (another process filled the disk between the
+//! check and the write) refuses the batch the same way; the log's end does not move (the
+//! next record overwrites the failed one), and a record already synced for a batch that redb
+//! then failed to commit is blanked.
+//!
+//! While faulted the writer probes every second (and before each write) and resumes by itself
+//! when the cause is gone. redb poisons its database after an I/O error ("Previous I/O error
+//! occurred"), so then the writer first re-opens it in place behind the same handle: it opens
+//! the file again, replays the log up to the last *acknowledged* revision only, makes that
+//! durable and starts a new log. The revision does not move, so watch streams go on; a watch
+//! replaying history at the moment of the re-open, and reads while the database is closed or
+//! poisoned, get [`StoreError::Unavailable`] (the API server's watch cache resumes). A vanished
+//! data directory is never re-created: writes resume only when the same file is back at its
+//! path (moved back, re-mounted); anything else needs a restart, which opens what is there
+//! (so an empty store never silently replaces lost data while this process runs).
+//!
 //! # Reads
 //!
 //! Reads use redb read transactions (snapshots) directly, without going through the writer.
