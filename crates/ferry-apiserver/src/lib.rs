@@ -187,6 +187,9 @@ pub async fn start(
         auth: auth::Auth::load(&config.data_dir, config.audit_log_path.as_deref())?,
         kubelet_tls,
     });
+    server
+        .checks
+        .add(readyz::STORE_CHECK, readyz::store_check(store.clone()));
     let tls = if config.plain_http {
         None
     } else {

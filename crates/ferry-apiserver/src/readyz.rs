@@ -53,6 +53,21 @@ impl Checks {
     }
 }
 
+/// The name of the store's check: it fails while the store refuses writes (disk full, file
+/// system read-only, data directory gone), as upstream's `etcd` check fails while etcd cannot
+/// serve; the reason shows with `?verbose`.
+pub const STORE_CHECK: &str = "store-writable";
+
+/// The store's check (see [`STORE_CHECK`]).
+pub fn store_check(
+    store: Arc<dyn ferry_store::Store>,
+) -> impl Fn() -> Result<(), NotReady> + Send + Sync + 'static {
+    move || match store.write_fault() {
+        None => Ok(()),
+        Some(e) => Err(NotReady(e.to_string())),
+    }
+}
+
 /// The answer to `GET /readyz[/name][?query]`: status code and text body (pure).
 pub fn render(
     results: &[(String, Result<(), NotReady>)],

@@ -22,6 +22,7 @@ mod codec;
 mod compactor;
 pub mod conformance;
 pub mod etcd_store;
+mod fault;
 pub mod private_fs;
 pub mod redb_store;
 mod wal;
@@ -123,6 +124,12 @@ pub enum StoreError {
     /// nothing was written.
     #[error("etcdserver: request is too large ({size} bytes, limit is {limit})")]
     TooLarge { size: usize, limit: usize },
+    /// The store cannot write for now (its disk is full, its file system read-only, its data
+    /// directory gone, ...): the message names the cause. Nothing was written; reads keep
+    /// working and writes succeed again once the cause is gone (see
+    /// [`Store::write_fault`]). The analogue of etcd's `mvcc: database space exceeded`.
+    #[error("{0}")]
+    WritesRefused(String),
     #[error("store error: {0}")]
     Internal(String),
 }
@@ -171,4 +178,9 @@ pub trait Store: Send + Sync + 'static {
     /// return `Ok` at once. An `Err` means the stop was not clean (what the store holds is
     /// still durable: a restart recovers it).
     async fn shutdown(&self) -> Result<()>;
+    /// Why the store refuses writes right now (`None`: it can write), for readiness checks.
+    /// Backends that cannot tell answer `None`.
+    fn write_fault(&self) -> Option<StoreError> {
+        None
+    }
 }

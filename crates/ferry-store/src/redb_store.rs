@@ -26,6 +26,31 @@
 //! Without the log, every batch is a redb commit with immediate durability, which writes each
 //! touched B-tree page and syncs the file: several times the cost of one append.
 //!
+//! # Faults: a full disk, a read-only file system, a vanished data directory
+//!
+//! Before each batch the writer looks at the data directory (`statvfs`, and whether the
+//! database file at its path is still the one it has open). A batch is refused, before
+//! anything is written, when the file system is read-only, the file is gone or replaced, or
+//! the free space is below [`RedbOptions::reserve_bytes`] plus room for the batch and for a
+//! checkpoint of the pending log. Refused writes get [`StoreError::WritesRefused`] naming the
+//! cause (`store: no space left on device (<dir>): writes refused until space is freed`, as
+//! etcd answers `mvcc: database space exceeded`); they change nothing: no revision, no event.
+//! An I/O error of the log or of redb itself (another process filled the disk between the
+//! check and the write) refuses the batch the same way; the log's end does not move (the
+//! next record overwrites the failed one), and a record already synced for a batch that redb
+//! then failed to commit is blanked.
+//!
+//! While faulted the writer probes every second (and before each write) and resumes by itself
+//! when the cause is gone. redb poisons its database after an I/O error ("Previous I/O error
+//! occurred"), so then the writer first re-opens it in place behind the same handle: it opens
+//! the file again, replays the log up to the last *acknowledged* revision only, makes that
+//! durable and starts a new log. The revision does not move, so watch streams go on; a watch
+//! replaying history at the moment of the re-open, and reads while the database is closed or
+//! poisoned, get [`StoreError::Unavailable`] (the API server's watch cache resumes). A vanished
+//! data directory is never re-created: writes resume only when the same file is back at its
+//! path (moved back, re-mounted); anything else needs a restart, which opens what is there
+//! (so an empty store never silently replaces lost data while this process runs).
+//!
 //! # Reads
 //!
 //! Reads use redb read transactions (snapshots) directly, without going through the writer.
@@ -54,14 +79,16 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::codec::{decode_event, decode_kv, encode_event, encode_kv, event_key};
+use crate::fault::{self, DirState, FaultKind};
 use crate::wal::{self, LogFile, RecordBuilder, Wal};
 use crate::{
     Event, KeyValue, RangeOptions, RangeResult, Result, Revision, Store, StoreError, WatchStream,
@@ -99,6 +126,11 @@ pub struct RedbOptions {
     /// How many bytes of write-ahead log may accumulate before a checkpoint (a durable redb
     /// commit, after which the log starts over). Bounds the work of recovery after a crash.
     pub checkpoint_bytes: u64,
+    /// Free space the store keeps on its file system: a write that would leave less than this
+    /// (plus room for itself and for a checkpoint) is refused with
+    /// [`StoreError::WritesRefused`] ("no space left on device") before anything is written,
+    /// so that redb never runs out of space in the middle of a commit.
+    pub reserve_bytes: u64,
 }
 
 impl Default for RedbOptions {
@@ -110,6 +142,7 @@ impl Default for RedbOptions {
             cache_size: None,
             write_ahead_log: true,
             checkpoint_bytes: 8 << 20,
+            reserve_bytes: 1 << 20,
         }
     }
 }
@@ -118,10 +151,23 @@ impl Default for RedbOptions {
 type Batch = Arc<Vec<Event>>;
 
 struct Shared {
-    db: Database,
+    /// The database; `None` while the writer re-opens it after an I/O error.
+    db: RwLock<Option<Arc<Database>>>,
     /// The last committed revision (updated after the commit, before watchers are told).
     revision: AtomicI64,
     compacted: AtomicI64,
+    /// Why writes are refused right now (see [`Store::write_fault`]).
+    fault: Mutex<Option<StoreError>>,
+}
+
+impl Shared {
+    fn db(&self) -> Result<Arc<Database>> {
+        self.db
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| StoreError::Unavailable("store is re-opening its database".into()))
+    }
 }
 
 /// A [`Store`] on a redb file. Cheap to share behind an `Arc`; dropping the last handle stops
@@ -183,8 +229,9 @@ enum Msg {
     Shutdown(oneshot::Sender<Result<()>>),
 }
 
-/// Wraps the write-ahead log's file (see [`RedbStore::open_inner`]).
-pub(crate) type WrapLogFile = Box<dyn FnOnce(Box<dyn LogFile>) -> Box<dyn LogFile> + Send>;
+/// Wraps the write-ahead log's file (see [`RedbStore::open_inner`]); applied again to the log a
+/// re-open creates.
+pub(crate) type WrapLogFile = Arc<dyn Fn(Box<dyn LogFile>) -> Box<dyn LogFile> + Send + Sync>;
 
 fn internal(e: impl Into<redb::Error>) -> StoreError {
     StoreError::Internal(e.into().to_string())
@@ -205,7 +252,7 @@ impl RedbStore {
 
     /// [`RedbStore::open`] with explicit options.
     pub fn open_with(path: &Path, options: RedbOptions) -> Result<RedbStore> {
-        Self::open_inner(path, options, None)
+        Self::open_inner(path, options, None, true)
     }
 
     /// [`RedbStore::open_with`], the write-ahead log writing through `wrap(file)` if given
@@ -214,6 +261,7 @@ impl RedbStore {
         path: &Path,
         options: RedbOptions,
         wrap: Option<WrapLogFile>,
+        space_guard: bool,
     ) -> Result<RedbStore> {
         let file = if path.is_dir() {
             path.join(DEFAULT_FILE_NAME)
@@ -231,40 +279,18 @@ impl RedbStore {
         // opens it (so no umask widens it), and tightened if an older file is looser.
         crate::private_fs::ensure_private_file(&file)
             .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
-        let mut builder = Database::builder();
-        if let Some(bytes) = options.cache_size {
-            builder.set_cache_size(bytes);
-        }
-        let db = builder
-            .create(&file)
-            .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
-
-        // Create the tables (so read transactions can always open them) and load the counters.
-        let (revision, compacted) = {
-            let mut txn = db.begin_write().map_err(internal)?;
-            txn.set_durability(Durability::Immediate)
-                .map_err(|e| StoreError::Internal(e.to_string()))?;
-            let counters = {
-                txn.open_table(KV).map_err(internal)?;
-                txn.open_table(LOG).map_err(internal)?;
-                let meta = txn.open_table(META).map_err(internal)?;
-                (
-                    read_meta(&meta, META_REVISION)?,
-                    read_meta(&meta, META_COMPACTED)?,
-                )
-            };
-            txn.commit().map_err(internal)?;
-            counters
-        };
+        let (db, revision, compacted) = open_db(&file, options.cache_size)?;
         // Writes acknowledged through the write-ahead log but not yet in a durable redb commit.
         let wal_path = Wal::path_for(&file);
-        let revision = recover(&db, &wal_path, revision)?;
+        let revision = recover(&db, &wal_path, revision, None)?;
+        let identity = file_identity(&file)
+            .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
         let wal = if options.write_ahead_log {
             let wal = Wal::open(&wal_path).map_err(|e| {
                 StoreError::Unavailable(format!("opening {}: {e}", wal_path.display()))
             })?;
-            Some(match wrap {
-                Some(wrap) => wal.wrap_file(wrap),
+            Some(match &wrap {
+                Some(wrap) => wal.wrap_file(|f| wrap(f)),
                 None => wal,
             })
         } else {
@@ -282,9 +308,10 @@ impl RedbStore {
         };
 
         let shared = Arc::new(Shared {
-            db,
+            db: RwLock::new(Some(Arc::new(db))),
             revision: AtomicI64::new(revision),
             compacted: AtomicI64::new(compacted),
+            fault: Mutex::new(None),
         });
         let (writes, rx) = mpsc::channel(options.queue.max(1));
         let (events, _) = broadcast::channel(options.watch_buffer.max(1));
@@ -299,6 +326,22 @@ impl RedbStore {
             shut_down: false,
             revision,
             compacted,
+            dir: file
+                .parent()
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            file: file.clone(),
+            identity,
+            cache_size: options.cache_size,
+            write_ahead_log: options.write_ahead_log,
+            wrap,
+            reserve: if space_guard {
+                Some(options.reserve_bytes)
+            } else {
+                None
+            },
+            fault: None,
+            needs_reopen: false,
+            last_probe: Instant::now(),
         };
         std::thread::Builder::new()
             .name("ferry-store-writer".into())
@@ -372,7 +415,28 @@ struct Writer {
     /// Last committed revision and compacted revision.
     revision: Revision,
     compacted: Revision,
+    /// The database file, its directory and its identity (device, inode) when opened.
+    file: PathBuf,
+    dir: PathBuf,
+    identity: (u64, u64),
+    cache_size: Option<usize>,
+    write_ahead_log: bool,
+    wrap: Option<WrapLogFile>,
+    /// [`RedbOptions::reserve_bytes`]; `None`: no free-space check before writes (tests that
+    /// let redb itself run out of space).
+    reserve: Option<u64>,
+    /// Why writes are refused until a probe finds the cause gone.
+    fault: Option<(FaultKind, StoreError)>,
+    /// redb failed an I/O (and poisons itself after one): the database and the log must be
+    /// opened again before the next write.
+    needs_reopen: bool,
+    last_probe: Instant,
 }
+
+/// How often a faulted writer checks whether it can write again.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How often a faulted writer looks for queued writes between probes.
+const FAULTED_POLL: Duration = Duration::from_millis(20);
 
 /// The result of applying one batch in a (not yet committed) transaction.
 struct Applied {
@@ -384,12 +448,63 @@ struct Applied {
     record: RecordBuilder,
 }
 
+/// Why a batch failed as a whole.
+enum BatchError {
+    /// Before anything of it reached a file: the batch is refused, the store is unchanged.
+    Store(StoreError),
+    /// An I/O error of the log or of redb: the store refuses writes until a probe succeeds.
+    Io(FaultKind, String, bool),
+}
+
+impl From<StoreError> for BatchError {
+    fn from(e: StoreError) -> Self {
+        BatchError::Store(e)
+    }
+}
+
+/// The bytes a request adds to the files (roughly: its key and value).
+fn op_bytes(op: &Op) -> u64 {
+    match op {
+        Op::Create { key, value } | Op::Update { key, value, .. } => {
+            (key.len() + value.len()) as u64
+        }
+        Op::Delete { key, .. } => key.len() as u64,
+        Op::Compact { .. } => 0,
+    }
+}
+
+fn file_identity(file: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(file)?;
+    Ok((m.dev(), m.ino()))
+}
+
 impl Writer {
     /// Runs until every sender is gone; consumes the writer so that its database handle is
     /// released when this returns.
     fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
         let mut batch = Vec::with_capacity(self.max_batch);
-        while let Some(first) = rx.blocking_recv() {
+        loop {
+            let first = if self.fault.is_some() {
+                // Faulted: probe every second so that writes (and readiness) come back by
+                // themselves once the cause is gone.
+                match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        std::thread::sleep(FAULTED_POLL);
+                        if self.last_probe.elapsed() >= PROBE_EVERY {
+                            self.probe();
+                        }
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+            } else {
+                match rx.blocking_recv() {
+                    Some(m) => m,
+                    None => break,
+                }
+            };
             // The writes queued before a shutdown request are one batch; the shutdown follows.
             let mut shutdown = None;
             match first {
@@ -405,13 +520,19 @@ impl Writer {
             }
             if !batch.is_empty() {
                 self.commit_batch(&mut batch);
-                if self
-                    .wal
-                    .as_ref()
-                    .is_some_and(|w| w.len() >= self.checkpoint_bytes)
+                if self.fault.is_none()
+                    && self
+                        .wal
+                        .as_ref()
+                        .is_some_and(|w| w.len() >= self.checkpoint_bytes)
                     && let Err(e) = self.checkpoint()
                 {
                     tracing::warn!(error = %e, "store checkpoint failed; the write-ahead log keeps the writes");
+                    let kind = match e {
+                        StoreError::WritesRefused(_) => FaultKind::NoSpace,
+                        _ => FaultKind::Io,
+                    };
+                    self.io_failed(kind, &e.to_string(), true);
                 }
             }
             if let Some(reply) = shutdown {
@@ -435,6 +556,12 @@ impl Writer {
         if let Some(reason) = &self.stopped {
             return Err(StoreError::Unavailable(reason.clone()));
         }
+        if self.fault.is_some() {
+            self.probe();
+        }
+        if let Some((_, e)) = &self.fault {
+            return Err(e.clone());
+        }
         self.checkpoint()?;
         if let Some(wal) = self.wal.take() {
             let path = wal.path().to_path_buf();
@@ -450,10 +577,198 @@ impl Writer {
         Ok(())
     }
 
+    /// The free space a batch of `bytes` needs with `pending` bytes of log not in redb yet.
+    fn need(&self, bytes: u64, pending: u64) -> u64 {
+        self.reserve
+            .map_or(0, |reserve| fault::needed(bytes, pending, reserve))
+    }
+
+    /// What the data directory looks like now.
+    fn dir_state(&self) -> std::io::Result<DirState> {
+        let vfs = rustix::fs::statvfs(&self.dir).map_err(std::io::Error::from)?;
+        let same_file = match file_identity(&self.file) {
+            Ok(id) => id == self.identity,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e),
+        };
+        Ok(DirState {
+            free: vfs.f_bavail.saturating_mul(vfs.f_frsize),
+            read_only: vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY),
+            same_file,
+        })
+    }
+
+    /// Records a fault (and logs it when it is new or changes); returns the error refused
+    /// writes get.
+    fn set_fault(&mut self, kind: FaultKind, detail: &str) -> StoreError {
+        let err = fault::refused(kind, &self.dir, detail);
+        if self.fault.as_ref().is_none_or(|(k, _)| *k != kind) {
+            tracing::error!(error = %err, "store refuses writes");
+        }
+        self.fault = Some((kind, err.clone()));
+        *self.shared.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.clone());
+        err
+    }
+
+    fn clear_fault(&mut self) {
+        if self.fault.take().is_some() {
+            tracing::info!(dir = %self.dir.display(), "store writes again");
+        }
+        *self.shared.fault.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Checks whether the store can write again (re-opening the database if an I/O error
+    /// poisoned it) and clears the fault if so.
+    fn probe(&mut self) {
+        self.last_probe = Instant::now();
+        if self.fault.is_none() {
+            return;
+        }
+        let pending = self.wal.as_ref().map_or(0, Wal::len);
+        match self.dir_state() {
+            Err(e) => {
+                self.set_fault(fault::classify(&e), &e.to_string());
+                return;
+            }
+            Ok(state) => {
+                if let Some(kind) = fault::check(&state, self.need(0, pending)) {
+                    self.set_fault(kind, "");
+                    return;
+                }
+            }
+        }
+        if self.needs_reopen
+            && let Err(e) = self.reopen()
+        {
+            tracing::warn!(error = %e, "re-opening the store failed; trying again");
+            let kind = match &self.fault {
+                Some((kind, _)) => *kind,
+                None => FaultKind::Io,
+            };
+            self.set_fault(kind, &e.to_string());
+            return;
+        }
+        self.clear_fault();
+    }
+
+    /// Refuses a batch of `bytes` that the data directory has no room (or no writable file
+    /// system) for, before anything is written.
+    fn admit(&mut self, bytes: u64) -> Result<()> {
+        if self.fault.is_some() {
+            self.probe();
+        }
+        if let Some((_, e)) = &self.fault {
+            return Err(e.clone());
+        }
+        let pending = self.wal.as_ref().map_or(0, Wal::len);
+        let state = self.dir_state();
+        let verdict = match state {
+            Err(e) => Some((fault::classify(&e), e.to_string())),
+            Ok(state) => {
+                let mut verdict = fault::check(&state, self.need(bytes, pending));
+                if verdict == Some(FaultKind::NoSpace) && pending > 0 {
+                    // The pending log needs room in redb at the next checkpoint: take it now,
+                    // while there is some, and look again.
+                    if let Err(e) = self.checkpoint() {
+                        return Err(self.io_failed(FaultKind::NoSpace, &e.to_string(), true));
+                    }
+                    verdict = match self.dir_state() {
+                        Ok(state) => fault::check(&state, self.need(bytes, 0)),
+                        Err(e) => Some(fault::classify(&e)),
+                    };
+                }
+                verdict.map(|k| (k, String::new()))
+            }
+        };
+        match verdict {
+            Some((kind, detail)) => Err(self.set_fault(kind, &detail)),
+            None => Ok(()),
+        }
+    }
+
+    /// An I/O error hit the log or redb: refuse writes until a probe succeeds; `reopen`: redb
+    /// (or the log) must be opened again first. The cause named is the directory's state if it
+    /// explains the error, else `kind`.
+    fn io_failed(&mut self, kind: FaultKind, detail: &str, reopen: bool) -> StoreError {
+        self.needs_reopen |= reopen;
+        let kind = match self.dir_state() {
+            Ok(state) => fault::check(&state, self.need(0, 0)).unwrap_or(kind),
+            Err(e) => fault::classify(&e),
+        };
+        self.set_fault(kind, detail)
+    }
+
+    /// Opens the database and the log again in place (after an I/O error poisoned redb):
+    /// replays the log's acknowledged writes (never the record of a batch that failed), makes
+    /// them durable in redb and starts a new log. The revision does not move, so watchers
+    /// keep their streams.
+    fn reopen(&mut self) -> Result<()> {
+        drop(self.wal.take());
+        let old = self
+            .shared
+            .db
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(old);
+        // Fails with "already open" while a reader still holds the old handle: tried again at
+        // the next probe.
+        let (db, durable, _) = open_db(&self.file, self.cache_size)?;
+        let wal_path = Wal::path_for(&self.file);
+        let reached = recover(&db, &wal_path, durable, Some(self.revision))?;
+        if reached != self.revision {
+            // Cannot happen while every acknowledged write is in redb or the log; never go on
+            // from a store that lost some.
+            let reason = format!(
+                "re-opened store holds revision {reached} but {} was acknowledged; restart ferry",
+                self.revision
+            );
+            tracing::error!("{reason}");
+            self.stopped = Some(reason.clone());
+            *self.shared.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(db));
+            return Err(StoreError::Unavailable(reason));
+        }
+        durable_commit(&db)?;
+        if self.write_ahead_log {
+            // Everything acknowledged is durable in redb now; the old log may still hold the
+            // record of a failed batch, which must never be replayed.
+            match std::fs::remove_file(&wal_path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "removing {}: {e}",
+                        wal_path.display()
+                    )));
+                }
+            }
+            let mut wal = Wal::open(&wal_path)
+                .and_then(|mut w| w.preallocate().map(|()| w))
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("opening {}: {e}", wal_path.display()))
+                })?;
+            if let Some(wrap) = &self.wrap {
+                wal = wal.wrap_file(|f| wrap(f));
+            }
+            self.wal = Some(wal);
+        }
+        *self.shared.db.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(db));
+        self.needs_reopen = false;
+        tracing::info!(revision = self.revision, file = %self.file.display(), "re-opened the store");
+        Ok(())
+    }
+
     fn commit_batch(&mut self, batch: &mut Vec<Request>) {
         if let Some(reason) = &self.stopped {
             for req in batch.drain(..) {
                 let _ = req.reply.send(Err(StoreError::Unavailable(reason.clone())));
+            }
+            return;
+        }
+        let bytes = batch.iter().map(|r| op_bytes(&r.op)).sum();
+        if let Err(e) = self.admit(bytes) {
+            for req in batch.drain(..) {
+                let _ = req.reply.send(Err(e.clone()));
             }
             return;
         }
@@ -476,6 +791,14 @@ impl Writer {
                 }
             }
             Err(e) => {
+                let e = match e {
+                    // redb failed (an I/O error poisons it): re-open before the next write.
+                    BatchError::Store(StoreError::Internal(detail)) => {
+                        self.io_failed(FaultKind::Io, &detail, true)
+                    }
+                    BatchError::Store(e) => e,
+                    BatchError::Io(kind, detail, reopen) => self.io_failed(kind, &detail, reopen),
+                };
                 tracing::error!(error = %e, requests = batch.len(), "store write transaction failed");
                 for req in batch.drain(..) {
                     let _ = req.reply.send(Err(e.clone()));
@@ -484,8 +807,9 @@ impl Writer {
         }
     }
 
-    fn apply(&mut self, batch: &[Request]) -> Result<Applied> {
-        let mut txn = self.shared.db.begin_write().map_err(internal)?;
+    fn apply(&mut self, batch: &[Request]) -> std::result::Result<Applied, BatchError> {
+        let db = self.shared.db()?;
+        let mut txn = db.begin_write().map_err(internal)?;
         let mut applied = Applied {
             outcomes: Vec::with_capacity(batch.len()),
             events: Vec::new(),
@@ -515,24 +839,34 @@ impl Writer {
             set_durability(&mut txn, Durability::None)?;
             let record = std::mem::take(&mut applied.record).finish();
             if let Some(Err(e)) = self.wal.as_mut().map(|wal| wal.append(&record)) {
-                txn.abort().map_err(internal)?;
-                self.wal_failed(&e);
-                return Err(StoreError::Unavailable(format!("write-ahead log: {e}")));
+                // Nothing of the batch is durable or visible: drop it. The log's end has not
+                // moved, so its next record overwrites whatever of this one reached the file.
+                // An error other than "full"/"read-only" may have left the file in an unknown
+                // state: a new log is started before the next write.
+                let kind = fault::classify(&e);
+                let reopen = kind == FaultKind::Io;
+                if let Err(abort) = txn.abort() {
+                    return Err(BatchError::Io(kind, format!("{e}; {abort}"), true));
+                }
+                return Err(BatchError::Io(kind, e.to_string(), reopen));
             }
             if let Err(e) = txn.commit() {
-                // The log holds the batch already: going on would give its revisions to other
-                // writes, and a replay would then stop at the first of them. Stop writing
-                // (a restart replays the log).
-                let reason = format!("store commit failed after its log append: {e}");
-                tracing::error!("{reason}; refusing further writes");
-                self.stopped = Some(reason.clone());
-                return Err(StoreError::Unavailable(reason));
+                // The log holds the batch but it was not applied: blank its record (so that a
+                // crash does not bring it back) and re-open redb before the next write; the
+                // re-open replays the log only up to the last acknowledged revision.
+                if let Some(wal) = self.wal.as_mut()
+                    && let Err(blank) = wal.blank_last()
+                {
+                    tracing::warn!(error = %blank, "blanking the failed batch's log record");
+                }
+                return Err(BatchError::Io(commit_fault(&e), e.to_string(), true));
             }
         } else {
             // No log, or a compaction (which must not be undone by a replay): a durable commit,
             // which also persists every earlier batch, so the log starts over.
             set_durability(&mut txn, Durability::Immediate)?;
-            txn.commit().map_err(internal)?;
+            txn.commit()
+                .map_err(|e| BatchError::Io(commit_fault(&e), e.to_string(), true))?;
             if let Some(wal) = self.wal.as_mut() {
                 wal.restart();
             }
@@ -549,51 +883,77 @@ impl Writer {
         if wal.len() == 0 {
             return Ok(());
         }
-        let mut txn = self.shared.db.begin_write().map_err(internal)?;
-        set_durability(&mut txn, Durability::Immediate)?;
-        txn.commit().map_err(internal)?;
+        durable_commit(&*self.shared.db()?)?;
         wal.restart();
         Ok(())
     }
+}
 
-    /// The log could not be written. Everything acknowledged so far is made durable in redb
-    /// and the log file removed (its last record, of a batch that failed, must never be
-    /// replayed over later writes); later batches are durable redb commits. If either step
-    /// fails, writing stops (the log still holds the acknowledged writes for a restart).
-    fn wal_failed(&mut self, e: &std::io::Error) {
-        let Some(wal) = self.wal.take() else {
-            return;
-        };
-        let path = wal.path().to_path_buf();
-        tracing::error!(error = %e, wal = %path.display(), "write-ahead log failed; committing every write durably to redb from now on");
-        let durable = (|| -> Result<()> {
-            let mut txn = self.shared.db.begin_write().map_err(internal)?;
-            set_durability(&mut txn, Durability::Immediate)?;
-            txn.commit().map_err(internal)
-        })();
-        let outcome = durable.map_err(|e| e.to_string()).and_then(|()| {
-            wal.retire()
-                .map_err(|e| format!("removing {}: {e}", path.display()))
-        });
-        if let Err(why) = outcome {
-            let reason = format!("write-ahead log failed and could not be retired: {why}");
-            tracing::error!("{reason}; refusing further writes");
-            self.stopped = Some(reason);
-        }
+/// The fault a failed redb commit stands for (its I/O error's).
+fn commit_fault(e: &redb::CommitError) -> FaultKind {
+    match e {
+        redb::CommitError::Storage(redb::StorageError::Io(io)) => fault::classify(io),
+        _ => FaultKind::Io,
     }
 }
 
+/// An empty durable commit: persists every commit made without durability.
+fn durable_commit(db: &Database) -> Result<()> {
+    let mut txn = db.begin_write().map_err(internal)?;
+    set_durability(&mut txn, Durability::Immediate)?;
+    txn.commit().map_err(|e| match commit_fault(&e) {
+        FaultKind::NoSpace => StoreError::WritesRefused(format!("no space left on device: {e}")),
+        _ => internal(e),
+    })
+}
+
+/// Opens (creating) the database file, creates the tables (so read transactions can always
+/// open them) and loads the revision and the compacted revision.
+fn open_db(file: &Path, cache_size: Option<usize>) -> Result<(Database, Revision, Revision)> {
+    let mut builder = Database::builder();
+    if let Some(bytes) = cache_size {
+        builder.set_cache_size(bytes);
+    }
+    let db = builder
+        .create(file)
+        .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", file.display())))?;
+    let (revision, compacted) = {
+        let mut txn = db.begin_write().map_err(internal)?;
+        set_durability(&mut txn, Durability::Immediate)?;
+        let counters = {
+            txn.open_table(KV).map_err(internal)?;
+            txn.open_table(LOG).map_err(internal)?;
+            let meta = txn.open_table(META).map_err(internal)?;
+            (
+                read_meta(&meta, META_REVISION)?,
+                read_meta(&meta, META_COMPACTED)?,
+            )
+        };
+        txn.commit().map_err(internal)?;
+        counters
+    };
+    Ok((db, revision, compacted))
+}
 fn set_durability(txn: &mut redb::WriteTransaction, d: Durability) -> Result<()> {
     txn.set_durability(d)
         .map_err(|e| StoreError::Internal(e.to_string()))
 }
 
-/// Applies the write-ahead log's entries that continue the durable revision `durable`, in one
-/// durable commit; returns the revision reached.
-fn recover(db: &Database, wal_path: &Path, durable: Revision) -> Result<Revision> {
+/// Applies the write-ahead log's entries that continue the durable revision `durable` (up to
+/// `upto` if given: the last acknowledged revision on a re-open), in one durable commit;
+/// returns the revision reached.
+fn recover(
+    db: &Database,
+    wal_path: &Path,
+    durable: Revision,
+    upto: Option<Revision>,
+) -> Result<Revision> {
     let entries = Wal::read(wal_path)
         .map_err(|e| StoreError::Unavailable(format!("reading {}: {e}", wal_path.display())))?;
-    let redo = wal::redo(entries, durable);
+    let mut redo = wal::redo(entries, durable);
+    if let Some(upto) = upto {
+        redo.retain(|e| e.revision <= upto);
+    }
     let Some(last) = redo.last().map(|e| e.revision) else {
         return Ok(durable);
     };
@@ -741,7 +1101,7 @@ fn state_before(event: Event) -> Option<KeyValue> {
 }
 
 fn range_blocking(shared: &Shared, prefix: &str, opts: &RangeOptions) -> Result<RangeResult> {
-    let txn = shared.db.begin_read().map_err(internal)?;
+    let txn = shared.db()?.begin_read().map_err(internal)?;
     let meta = txn.open_table(META).map_err(internal)?;
     let current_rev = read_meta(&meta, META_REVISION)?;
     let compacted = read_meta(&meta, META_COMPACTED)?;
@@ -862,7 +1222,7 @@ fn replay_chunk(
     cursor: Revision,
     until: Revision,
 ) -> Result<(Vec<Event>, Revision)> {
-    let txn = shared.db.begin_read().map_err(internal)?;
+    let txn = shared.db()?.begin_read().map_err(internal)?;
     let meta = txn.open_table(META).map_err(internal)?;
     let compacted = read_meta(&meta, META_COMPACTED)?;
     if cursor < compacted {
@@ -967,7 +1327,7 @@ impl Store for RedbStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let txn = self.shared.db.begin_read().map_err(internal)?;
+        let txn = self.shared.db()?.begin_read().map_err(internal)?;
         let kv = txn.open_table(KV).map_err(internal)?;
         match kv.get(key).map_err(internal)? {
             Some(raw) => Ok(Some(decode_kv(key, raw.value())?)),
@@ -1058,6 +1418,14 @@ impl Store for RedbStore {
         Ok(self.shared.compacted.load(Ordering::Acquire))
     }
 
+    fn write_fault(&self) -> Option<StoreError> {
+        self.shared
+            .fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     async fn shutdown(&self) -> Result<()> {
         let (reply, rx) = oneshot::channel();
         self.writes
@@ -1106,8 +1474,13 @@ mod tests {
     fn open_faulty(dir: &Path) -> (RedbStore, Arc<AtomicU8>) {
         let mode = Arc::new(AtomicU8::new(OK));
         let m = mode.clone();
-        let wrap: WrapLogFile = Box::new(move |inner| Box::new(Faulty { inner, mode: m }));
-        let store = RedbStore::open_inner(dir, RedbOptions::default(), Some(wrap)).unwrap();
+        let wrap: WrapLogFile = Arc::new(move |inner| {
+            Box::new(Faulty {
+                inner,
+                mode: m.clone(),
+            })
+        });
+        let store = RedbStore::open_inner(dir, RedbOptions::default(), Some(wrap), true).unwrap();
         (store, mode)
     }
 
@@ -1138,22 +1511,26 @@ mod tests {
         (rev, keys)
     }
 
-    /// A failed log append (the write of the record, or its sync): every write of the batch
-    /// fails with a clear `Unavailable`, nothing of it is visible or watched, everything
-    /// acknowledged before is made durable in redb, the log is removed, and later writes are
-    /// durable redb commits that continue the revisions without a gap; after a restart the
-    /// store holds exactly the acknowledged writes.
+    /// A failed log append (its write fails with ENOSPC, or its sync with EIO): every write of
+    /// the batch is refused with an error naming the cause, nothing of it is visible, watched or
+    /// counted, reads go on and the fault shows in `write_fault`; once the file takes writes
+    /// again the next write succeeds without re-creating the store (after EIO, the store
+    /// re-opens its database and starts a new log in place), continuing the revisions without a
+    /// gap; the watch sees exactly the acknowledged writes, and after a restart the store holds
+    /// exactly them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn failed_log_append_retires_the_log_and_goes_on_durably() {
-        for (name, fault) in [("write", FAIL_WRITE), ("sync", FAIL_SYNC)] {
+    async fn failed_log_append_refuses_writes_until_the_file_takes_them() {
+        for (name, fault, want) in [
+            ("write", FAIL_WRITE, "store: no space left on device ("),
+            ("sync", FAIL_SYNC, "store: I/O error ("),
+        ] {
             let dir = tempfile::tempdir().unwrap();
-            let wal_path = dir.path().join("ferry.redb.wal");
             let (store, mode) = open_faulty(dir.path());
             let store = Arc::new(store);
             let a = store.create("/f/a", b("1")).await.unwrap();
             let a2 = store.update("/f/a", b("2"), a.mod_revision).await.unwrap();
-            assert!(wal_path.exists(), "{name}");
             let mut w = store.watch("/f/", a2.mod_revision).await.unwrap();
+            assert!(store.write_fault().is_none());
 
             mode.store(fault, Ordering::Release);
             let failed: Vec<_> = (0..8)
@@ -1164,112 +1541,229 @@ mod tests {
                 .collect();
             for t in failed {
                 match t.await.unwrap() {
-                    Err(StoreError::Unavailable(msg)) => {
-                        assert!(msg.starts_with("write-ahead log: "), "{name}: {msg}")
+                    Err(StoreError::WritesRefused(msg)) => {
+                        assert!(msg.starts_with(want), "{name}: {msg}");
+                        assert!(
+                            msg.ends_with("writes refused until space is freed")
+                                || fault != FAIL_WRITE,
+                            "{name}: {msg}"
+                        );
                     }
-                    // Queued behind the failed batch: written durably to redb instead.
-                    Ok(kv) => assert!(kv.mod_revision > a2.mod_revision, "{name}"),
-                    Err(e) => panic!("{name}: {e}"),
+                    other => panic!("{name}: {other:?}"),
                 }
             }
-            mode.store(OK, Ordering::Release);
-            assert!(!wal_path.exists(), "{name}: the log is retired");
-            // Everything acknowledged before the failure is durable in redb alone.
-            let (rev, keys) = durable_in_redb(dir.path()).await;
-            assert!(rev >= a2.mod_revision, "{name}");
-            assert!(keys.contains(&"/f/a".to_string()), "{name}");
+            assert_eq!(
+                store.current_revision().await.unwrap(),
+                a2.mod_revision,
+                "{name}"
+            );
+            assert!(
+                matches!(store.write_fault(), Some(StoreError::WritesRefused(m)) if m.starts_with(want)),
+                "{name}"
+            );
+            // Reads go on.
+            assert_eq!(store.get("/f/a").await.unwrap(), Some(a2.clone()), "{name}");
+            assert_eq!(store.get("/f/lost-0").await.unwrap(), None, "{name}");
+            assert_eq!(
+                store
+                    .range("/f/", RangeOptions::default())
+                    .await
+                    .unwrap()
+                    .kvs,
+                vec![a2.clone()],
+                "{name}"
+            );
 
-            // Writes go on, as durable redb commits, continuing the revisions.
-            let before = store.current_revision().await.unwrap();
+            // The file takes writes again: the very next write succeeds.
+            mode.store(OK, Ordering::Release);
             let c = store.create("/f/c", b("3")).await.unwrap();
-            assert_eq!(c.mod_revision, before + 1, "{name}");
-            assert!(!wal_path.exists(), "{name}");
-            let (rev, keys) = durable_in_redb(dir.path()).await;
-            assert_eq!(rev, c.mod_revision, "{name}");
-            assert!(keys.contains(&"/f/c".to_string()), "{name}");
+            assert_eq!(c.mod_revision, a2.mod_revision + 1, "{name}");
+            assert!(store.write_fault().is_none(), "{name}");
+            let d = store.create("/f/d", b("4")).await.unwrap();
 
             // The watch saw the acknowledged writes only, in order, without a gap.
-            let listed = store.range("/f/", RangeOptions::default()).await.unwrap();
-            let acked: Vec<_> = listed
-                .kvs
-                .iter()
-                .filter(|kv| kv.mod_revision > a2.mod_revision)
-                .map(|kv| kv.mod_revision)
-                .collect();
             let mut watched = Vec::new();
-            while watched.len() < acked.len() {
+            while watched.len() < 2 {
                 let e = tokio::time::timeout(std::time::Duration::from_secs(10), w.next())
                     .await
                     .unwrap()
                     .unwrap()
                     .unwrap();
-                watched.push(e.revision());
+                watched.push((e.key().to_string(), e.revision()));
             }
-            let mut sorted = acked.clone();
-            sorted.sort();
-            assert_eq!(watched, sorted, "{name}");
             assert_eq!(
                 watched,
-                ((a2.mod_revision + 1)..=c.mod_revision).collect::<Vec<_>>(),
+                [
+                    ("/f/c".to_string(), c.mod_revision),
+                    ("/f/d".to_string(), d.mod_revision)
+                ],
                 "{name}"
             );
 
             drop(w);
             Arc::into_inner(store).unwrap().close().await;
             let again = RedbStore::open(dir.path()).unwrap();
-            assert_eq!(again.current_revision().await.unwrap(), c.mod_revision);
-            assert_eq!(again.get("/f/a").await.unwrap(), Some(a2.clone()));
-            assert_eq!(again.get("/f/c").await.unwrap(), Some(c));
+            assert_eq!(
+                again.current_revision().await.unwrap(),
+                d.mod_revision,
+                "{name}"
+            );
+            let keys: Vec<_> = again
+                .range("/f/", RangeOptions::default())
+                .await
+                .unwrap()
+                .kvs
+                .into_iter()
+                .map(|kv| kv.key)
+                .collect();
+            assert_eq!(keys, ["/f/a", "/f/c", "/f/d"], "{name}");
             again.close().await;
         }
     }
 
-    /// A failed log append whose log cannot be retired (here: its path is a directory by then,
-    /// so removing it fails): the batch fails, and every later write is refused with the
-    /// reason, as is a clean shutdown; what was acknowledged is durable and comes back after a
-    /// restart.
+    /// A crash while the failed batch's record is still in the log (the sync failed after the
+    /// write reached the file): the store re-opened in place has dropped it, so it never comes
+    /// back, even when the process is killed before a clean stop.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn unretirable_log_stops_writing() {
+    async fn refused_batch_never_comes_back_after_a_crash() {
         let dir = tempfile::tempdir().unwrap();
-        let wal_path = dir.path().join("ferry.redb.wal");
         let (store, mode) = open_faulty(dir.path());
-        let a = store.create("/g/a", b("1")).await.unwrap();
-        std::fs::remove_file(&wal_path).unwrap();
-        std::fs::create_dir(&wal_path).unwrap();
-        std::fs::write(wal_path.join("keep"), b"x").unwrap();
-
+        let a = store.create("/h/a", b("1")).await.unwrap();
         mode.store(FAIL_SYNC, Ordering::Release);
-        match store.create("/g/lost", b("x")).await {
-            Err(StoreError::Unavailable(msg)) => assert!(msg.starts_with("write-ahead log: ")),
-            other => panic!("{other:?}"),
-        }
+        assert!(store.create("/h/lost", b("x")).await.is_err());
         mode.store(OK, Ordering::Release);
-        for _ in 0..2 {
-            match store.create("/g/later", b("y")).await {
-                Err(StoreError::Unavailable(msg)) => {
-                    assert!(msg.contains("could not be retired"), "{msg}")
-                }
-                other => panic!("{other:?}"),
-            }
+        let c = store.create("/h/c", b("3")).await.unwrap();
+        assert_eq!(c.mod_revision, a.mod_revision + 1);
+        // "Crash": copy the files as they are now, without a clean stop.
+        let copy = tempfile::tempdir().unwrap();
+        for f in [DEFAULT_FILE_NAME, "ferry.redb.wal"] {
+            std::fs::copy(dir.path().join(f), copy.path().join(f)).unwrap();
         }
-        match store.delete("/g/a", None).await {
-            Err(StoreError::Unavailable(_)) => {}
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(
-            store.shutdown().await,
-            Err(StoreError::Unavailable(_))
-        ));
-        assert_eq!(store.current_revision().await.unwrap(), a.mod_revision);
-        assert_eq!(store.get("/g/lost").await.unwrap(), None);
         store.close().await;
-
-        std::fs::remove_dir_all(&wal_path).unwrap();
-        let again = RedbStore::open(dir.path()).unwrap();
-        assert_eq!(again.current_revision().await.unwrap(), a.mod_revision);
-        assert_eq!(again.get("/g/a").await.unwrap(), Some(a));
-        assert_eq!(again.get("/g/lost").await.unwrap(), None);
+        let again = RedbStore::open(copy.path()).unwrap();
+        assert_eq!(again.current_revision().await.unwrap(), c.mod_revision);
+        assert_eq!(again.get("/h/lost").await.unwrap(), None);
+        assert_eq!(again.get("/h/c").await.unwrap(), Some(c));
         again.close().await;
+    }
+
+    /// A small tmpfs under a temp dir (root only), unmounted when dropped.
+    struct Tmpfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        fn mount(size: &str) -> Option<Tmpfs> {
+            if !rustix::process::geteuid().is_root() {
+                eprintln!("skipped: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                eprintln!("skipped: mount -t tmpfs failed");
+                return None;
+            }
+            Some(Tmpfs { dir })
+        }
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+
+    /// A real full disk (a 16 MiB tmpfs, half of it a filler file), with and without the free-space check (without it,
+    /// redb and the log themselves run into ENOSPC and redb poisons its database): writes fail
+    /// with "no space left on device", nothing refused is counted, reads keep working (once the
+    /// store has re-opened, for a poisoned redb), and after the test frees space (removes its
+    /// filler file) writes succeed again through the same store; every acknowledged write is
+    /// there after a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_disk_refuses_writes_and_recovers_in_place() {
+        for space_guard in [true, false] {
+            let Some(fs) = Tmpfs::mount("16m") else {
+                return;
+            };
+            let data = fs.path().join("data");
+            std::fs::create_dir(&data).unwrap();
+            let filler = fs.path().join("filler");
+            std::fs::write(&filler, vec![1u8; 8 << 20]).unwrap();
+            let options = RedbOptions {
+                checkpoint_bytes: 2 << 20,
+                ..Default::default()
+            };
+            let store = RedbStore::open_inner(&data, options, None, space_guard).unwrap();
+            let value = Bytes::from(vec![7u8; 200 << 10]);
+            let mut acked = Vec::new();
+            let mut refused = None;
+            for i in 0..200 {
+                match store.create(&format!("/d/{i:03}"), value.clone()).await {
+                    Ok(kv) => acked.push(kv),
+                    Err(e) => {
+                        refused = Some((i, e));
+                        break;
+                    }
+                }
+            }
+            let (i, e) = refused.expect("the disk fills up");
+            let rev = store.current_revision().await.unwrap();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with("store: no space left on device (")
+                    && msg.ends_with("writes refused until space is freed"),
+                "guard {space_guard}: {msg}"
+            );
+            assert!(!acked.is_empty(), "guard {space_guard}");
+            // Refused again, nothing counted.
+            assert!(
+                store
+                    .create(&format!("/d/{i:03}"), value.clone())
+                    .await
+                    .is_err()
+            );
+            assert_eq!(store.current_revision().await.unwrap(), rev);
+            assert!(store.write_fault().is_some());
+            if space_guard {
+                // Nothing reached redb: reads go on throughout.
+                let last = acked.last().unwrap();
+                assert_eq!(store.get(&last.key).await.unwrap().as_ref(), Some(last));
+            }
+
+            std::fs::remove_file(&filler).unwrap();
+            let freed = Instant::now();
+            let kv = store
+                .create(&format!("/d/{i:03}"), value.clone())
+                .await
+                .unwrap_or_else(|e| panic!("guard {space_guard}: {e}"));
+            eprintln!(
+                "guard {space_guard}: {} writes acknowledged, then refused; first write {:?} after space was freed",
+                acked.len(),
+                freed.elapsed()
+            );
+            assert_eq!(kv.mod_revision, rev + 1);
+            acked.push(kv);
+            assert!(store.write_fault().is_none());
+            let listed = store.range("/d/", RangeOptions::default()).await.unwrap();
+            assert_eq!(listed.kvs, acked);
+            store.close().await;
+
+            let again = RedbStore::open(&data).unwrap();
+            let listed = again.range("/d/", RangeOptions::default()).await.unwrap();
+            assert_eq!(listed.kvs, acked, "guard {space_guard}");
+            again.close().await;
+            drop(fs);
+        }
     }
 
     /// The writer's shutdown: idempotent, makes the log's writes durable in redb and removes

@@ -219,6 +219,8 @@ pub(crate) struct Wal {
     path: PathBuf,
     /// Where the next record goes.
     offset: u64,
+    /// Where the last record appended starts.
+    last: u64,
     /// The file's length (zero-filled beyond `offset`).
     allocated: u64,
 }
@@ -255,6 +257,7 @@ impl Wal {
             file: Box::new(file),
             path: path.to_path_buf(),
             offset: 0,
+            last: 0,
             allocated,
         })
     }
@@ -302,7 +305,31 @@ impl Wal {
         }
         self.file.write_all_at(record, self.offset)?;
         self.file.sync_data()?;
+        self.last = self.offset;
         self.offset = end;
+        Ok(())
+    }
+
+    /// Makes sure the file has room for the next records (zero-filled, synced): a new log
+    /// proves the file system takes writes again.
+    pub(crate) fn preallocate(&mut self) -> io::Result<()> {
+        if self.allocated >= GROW {
+            return Ok(());
+        }
+        let zeros = vec![0u8; (GROW - self.allocated) as usize];
+        self.file.write_all_at(&zeros, self.allocated)?;
+        self.file.sync_data()?;
+        self.allocated = GROW;
+        Ok(())
+    }
+
+    /// Takes back the last record appended (of a batch that failed after its append): zeroes
+    /// its header and syncs, so that recovery stops before it, and appends over it next.
+    /// Writes into allocated space only.
+    pub(crate) fn blank_last(&mut self) -> io::Result<()> {
+        self.file.write_all_at(&[0u8; HEADER], self.last)?;
+        self.file.sync_data()?;
+        self.offset = self.last;
         Ok(())
     }
 
@@ -310,6 +337,7 @@ impl Wal {
     /// Nothing is written: recovery tells the records left behind from new ones by revision.
     pub(crate) fn restart(&mut self) {
         self.offset = 0;
+        self.last = 0;
     }
 }
 

@@ -167,3 +167,115 @@ fn sigterm_leaves_no_log_to_replay() {
     assert!(api.stop("-TERM"));
     assert_eq!(wal_bytes(&data), None);
 }
+
+/// `kubectl` without asserting success: (success, stdout + stderr).
+fn kubectl_try(data: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(data.join("kubeconfig"))
+        .args(args)
+        .output()
+        .expect("kubectl");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A tmpfs mounted on a directory of a temp dir, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The data directory on a small file system that fills up: writes through the API fail with
+/// a Status naming the cause, `/readyz` fails with the reason in `?verbose`, and once the test
+/// frees space (removes its filler file beside the store) writes succeed again without a
+/// restart; after a restart every acknowledged write is there.
+#[test]
+fn full_disk_refuses_writes_and_recovers_without_restart() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnt = dir.path().join("fs");
+    std::fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: mount -t tmpfs failed");
+        return;
+    }
+    let fs = Tmpfs(mnt.clone());
+    let data = mnt.join("data");
+    let mut api = ApiServer::start(&data, "first.log");
+    let filler = mnt.join("filler");
+    std::fs::write(&filler, vec![1u8; 16 << 20]).unwrap();
+    let big = dir.path().join("big");
+    std::fs::write(&big, "x".repeat(500 << 10)).unwrap();
+    let from_file = format!("--from-file=big={}", big.display());
+
+    let mut acked = Vec::new();
+    let mut refused = None;
+    for i in 0..200 {
+        let name = format!("cm-{i:03}");
+        let (ok, out) = kubectl_try(&data, &["create", "configmap", &name, &from_file]);
+        if ok {
+            acked.push(name);
+        } else {
+            refused = Some((name, out));
+            break;
+        }
+    }
+    let (name, out) = refused.expect("the disk fills up");
+    assert!(!acked.is_empty());
+    assert!(
+        out.contains("store: no space left on device (")
+            && out.contains("writes refused until space is freed"),
+        "{out}"
+    );
+    let (ready, out) = kubectl_try(&data, &["get", "--raw", "/readyz?verbose"]);
+    assert!(!ready, "{out}");
+    assert!(
+        out.contains("[-]store-writable failed: store: no space left on device"),
+        "{out}"
+    );
+    // Reads go on.
+    let mut want = acked.clone();
+    want.sort();
+    assert_eq!(configmaps(&data), want);
+
+    std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
+    let deadline = freed + Duration::from_secs(60);
+    loop {
+        let (ok, out) = kubectl_try(&data, &["create", "configmap", &name, &from_file]);
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "writes did not come back: {out}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "{} writes acknowledged before the disk was full; first write {:?} after space was freed",
+        acked.len(),
+        freed.elapsed()
+    );
+    acked.push(name);
+    let (ready, out) = kubectl_try(&data, &["get", "--raw", "/readyz?verbose"]);
+    assert!(ready && out.contains("[+]store-writable ok"), "{out}");
+
+    assert!(api.stop("-TERM"), "{}", api.log());
+    let mut api = ApiServer::start(&data, "second.log");
+    let mut want = acked.clone();
+    want.sort();
+    assert_eq!(configmaps(&data), want);
+    assert!(api.stop("-TERM"));
+    drop(fs);
+}

@@ -33,6 +33,11 @@ pub(super) fn classify(status: &tonic::Status) -> Failure {
             limit: crate::MAX_VALUE_BYTES,
         });
     }
+    if lower.contains("database space exceeded") {
+        // etcd's NOSPACE alarm: nothing was written and no other member takes the write
+        // either; answered as kube-apiserver does (500 with etcd's text).
+        return Failure::Final(StoreError::WritesRefused(msg.to_string()));
+    }
     let not_sent = lower.contains("connect")
         || lower.contains("connection refused")
         || lower.contains("no leader");

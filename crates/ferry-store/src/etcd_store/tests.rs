@@ -103,11 +103,21 @@ fn status_classification() {
             "endpoint",
         ),
         (Status::new(Code::InvalidArgument, "bad"), "final"),
+        (
+            Status::new(
+                Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            "refused",
+        ),
     ];
     for (status, want) in cases {
         let got = match classify(&status) {
             Failure::Final(StoreError::Compacted { .. }) => "compacted",
             Failure::Final(StoreError::FutureRevision(_)) => "future",
+            Failure::Final(StoreError::WritesRefused(m)) if m.contains("space exceeded") => {
+                "refused"
+            }
             Failure::Final(_) => "final",
             Failure::NotSent(_) => "notsent",
             Failure::Endpoint(_) => "endpoint",
