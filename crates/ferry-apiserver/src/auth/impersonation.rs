@@ -14,7 +14,7 @@ pub enum Refused {
     /// Headers that ask for groups, extras or a UID without a user: upstream's 500 text.
     Malformed(impersonation::WithoutUser),
     /// A target the user may not impersonate: its attributes and the authorizer's reason.
-    Forbidden(ferry_auth::Attributes, Decision),
+    Forbidden(Box<(ferry_auth::Attributes, Decision)>),
 }
 
 /// `Ok(None)` when the request impersonates nobody, `Ok(Some(user))` with the user it acts as.
@@ -37,7 +37,7 @@ pub fn impersonate<B>(
         let attrs = target.attributes(requestor);
         let decision = server.auth.authorize(&server.api, &attrs);
         if !decision.allowed {
-            return Err(Refused::Forbidden(attrs, decision));
+            return Err(Refused::Forbidden(Box::new((attrs, decision))));
         }
     }
     let names: Vec<http::HeaderName> = req

@@ -363,7 +363,8 @@ pub async fn admit(
                 .unwrap_or_else(|| path.clone());
             return Err(impersonation::internal_error(&uri, &e));
         }
-        Err(impersonation::Refused::Forbidden(target, decision)) => {
+        Err(impersonation::Refused::Forbidden(refused)) => {
+            let (target, decision) = *refused;
             if let Some(a) = &server.auth.audit {
                 let attrs = ferry_auth::attributes::from_request(
                     user.clone(),
