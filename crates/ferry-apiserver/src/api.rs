@@ -293,6 +293,8 @@ impl Api {
         let obj = served_object(res, &obj);
         match p.subresource.as_deref() {
             None | Some("status") => {}
+            Some("ephemeralcontainers")
+                if res.info().group.is_empty() && res.info().kind == "Pod" => {}
             Some("scale") if res.info().scale_subresource => {
                 return Ok(Reply::json(200, &scale_of(res.strategy, &obj.value())));
             }
@@ -694,6 +696,13 @@ impl Api {
                     }
                     new = merged;
                     errs = res.strategy.validate_status(&new, &old);
+                }
+                Some("ephemeralcontainers") if info.group.is_empty() && info.kind == "Pod" => {
+                    // Only spec.ephemeralContainers changes (upstream's ephemeral containers
+                    // strategy); the containers are defaulted as a pod's.
+                    new = crate::ephemeral::merge(&new, &old);
+                    res.strategy.default(&mut new);
+                    errs = crate::ephemeral::validate(&new, &old);
                 }
                 Some(_) => return Err(ApiError::not_found_path()),
                 None => {

@@ -147,7 +147,11 @@ pub fn api_resource_list(group: &str, version: &str) -> Value {
             resources.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
         if i.group.is_empty() && i.kind == "Pod" {
+            resources.push(json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch", "update"]}));
             resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
+        }
+        if let Some(kind) = proxy_kind(i) {
+            resources.push(json!({"name": format!("{}/proxy", i.plural), "singularName": "", "namespaced": i.namespaced, "kind": kind, "verbs": PROXY_VERBS}));
         }
         if i.group.is_empty() && i.kind == "ServiceAccount" {
             resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
@@ -157,6 +161,19 @@ pub fn api_resource_list(group: &str, version: &str) -> Value {
         resources.push(json!({"name": plural, "singularName": kind.to_ascii_lowercase(), "namespaced": namespaced, "kind": kind, "verbs": ["create"]}));
     }
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources})
+}
+
+/// The verbs of a `proxy` subresource, as upstream lists them.
+const PROXY_VERBS: &[&str] = &["create", "delete", "get", "patch", "update"];
+
+/// The kinds with a `proxy` subresource (pods, services, nodes), with upstream's response kind.
+fn proxy_kind(i: &KindInfo) -> Option<&'static str> {
+    match (i.group, i.kind) {
+        ("", "Pod") => Some("PodProxyOptions"),
+        ("", "Service") => Some("ServiceProxyOptions"),
+        ("", "Node") => Some("NodeProxyOptions"),
+        _ => None,
+    }
 }
 
 fn aggregated_resource(i: &KindInfo) -> Value {
@@ -184,7 +201,11 @@ fn aggregated_resource(i: &KindInfo) -> Value {
         subs.push(json!({"subresource": "finalize", "responseKind": {"group": "", "version": "v1", "kind": "Namespace"}, "verbs": ["update"]}));
     }
     if i.group.is_empty() && i.kind == "Pod" {
+        subs.push(json!({"subresource": "ephemeralcontainers", "responseKind": {"group": "", "version": "v1", "kind": "Pod"}, "verbs": ["get", "patch", "update"]}));
         subs.push(json!({"subresource": "eviction", "responseKind": {"group": "policy", "version": "v1", "kind": "Eviction"}, "verbs": ["create"]}));
+    }
+    if let Some(kind) = proxy_kind(i) {
+        subs.push(json!({"subresource": "proxy", "responseKind": {"group": "", "version": "v1", "kind": kind}, "verbs": PROXY_VERBS}));
     }
     if i.group.is_empty() && i.kind == "ServiceAccount" {
         subs.push(json!({"subresource": "token", "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"}, "verbs": ["create"]}));

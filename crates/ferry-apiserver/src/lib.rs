@@ -11,6 +11,7 @@ pub mod cache;
 pub mod compact;
 pub mod crd;
 pub mod discovery;
+pub mod ephemeral;
 pub mod error;
 pub mod eviction;
 pub mod kept;
@@ -24,6 +25,7 @@ pub mod pki;
 pub mod podproxy;
 pub mod readyz;
 pub mod request;
+pub mod resourceproxy;
 pub mod rv;
 pub mod secret;
 pub mod server;
@@ -186,6 +188,7 @@ pub async fn start(
         advertise: format!("{host}:{}", addr.port()),
         auth: auth::Auth::load(&config.data_dir, config.audit_log_path.as_deref())?,
         kubelet_tls,
+        pod_network: std::sync::RwLock::new(Arc::new(resourceproxy::Direct::default())),
     });
     server
         .checks

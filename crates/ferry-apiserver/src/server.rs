@@ -37,6 +37,8 @@ pub struct Server {
     /// TLS towards node agents (`pods/log`, `pods/exec`): the API server's client certificate
     /// and the CA that agents' serving certificates must chain to.
     pub kubelet_tls: Arc<rustls::ClientConfig>,
+    /// How the `proxy` subresources reach pods ([`crate::resourceproxy::PodNetwork`]).
+    pub pod_network: std::sync::RwLock<Arc<dyn crate::resourceproxy::PodNetwork>>,
 }
 
 fn full(code: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
@@ -55,8 +57,12 @@ fn json_response(code: u16, v: &Value) -> Response<Body> {
     )
 }
 
+/// An error `Status`, ending in a newline as upstream's serializer writes it
+/// (`json.NewEncoder(w).Encode`).
 pub fn error_response(e: &ApiError) -> Response<Body> {
-    json_response(e.code, &e.to_status())
+    let mut body = serde_json::to_vec(&e.to_status()).unwrap_or_default();
+    body.push(b'\n');
+    full(e.code, "application/json", body)
 }
 
 fn reply_response(r: Reply) -> Response<Body> {
@@ -96,6 +102,18 @@ impl Server {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    pub fn pod_network(&self) -> Arc<dyn crate::resourceproxy::PodNetwork> {
+        self.pod_network
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets how pods are reached (`ferry up` once its pod network exists).
+    pub fn set_pod_network(&self, n: Arc<dyn crate::resourceproxy::PodNetwork>) {
+        *self.pod_network.write().unwrap_or_else(|e| e.into_inner()) = n;
     }
 
     pub fn set_openapi(&self, o: ferry_openapi::OpenApi) {
@@ -295,6 +313,10 @@ impl Server {
                 }
                 _ => {}
             }
+        }
+        // pods/proxy, services/proxy, nodes/proxy: any method, any path below `proxy`.
+        if let Some(pp) = crate::resourceproxy::location::ProxyPath::parse(&path) {
+            return crate::resourceproxy::handle(self.clone(), req, &pp).await;
         }
         let Some(rp) = parse_resource_path(&path) else {
             return error_response(&ApiError::not_found_path());

@@ -8,11 +8,14 @@
 //!   user holds, and the privilege-escalation check (`Covers`);
 //! - [`bootstrap`]: the default ClusterRoles and ClusterRoleBindings and ClusterRole aggregation;
 //! - [`jwt`]: ServiceAccount tokens (ES256 JWTs with upstream's claims), minted and verified;
+//! - [`impersonation`]: the `Impersonate-*` headers read into what to authorize and whom to
+//!   act as (upstream's `WithImpersonation`);
 //! - [`message`]: upstream's forbidden messages;
 //! - [`node`]: the Node authorizer's graph of pods and the objects they reference.
 
 pub mod attributes;
 pub mod bootstrap;
+pub mod impersonation;
 pub mod jwt;
 pub mod message;
 pub mod node;

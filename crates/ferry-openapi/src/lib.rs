@@ -174,7 +174,8 @@ impl OpenApi {
         let infos: Vec<&KindInfo> = kinds.iter().map(|s| s.info()).collect();
         let pairs: Vec<(&KindInfo, &schemas::KindDefs)> =
             infos.iter().copied().zip(defs.kinds.iter()).collect();
-        let gvs = ops::build(&pairs);
+        let mut gvs = ops::build(&pairs);
+        ops::add_reviews(&mut gvs, &defs.reviews);
         let graph = schemas::ref_graph(&defs.defs);
         let info = json!({"title": "Kubernetes", "version": INFO_VERSION});
 

@@ -383,6 +383,61 @@ pub(crate) fn build(kinds: &[(&KindInfo, &KindDefs)]) -> Vec<GroupVersion> {
     out
 }
 
+/// Adds the create-only review kinds (upstream's `authentication.k8s.io/v1` and
+/// `authorization.k8s.io/v1`): one `POST` per kind, in a group version of its own.
+pub(crate) fn add_reviews(out: &mut Vec<GroupVersion>, reviews: &[crate::schemas::Review]) {
+    for r in reviews {
+        let idx = match out
+            .iter()
+            .position(|gv| gv.group == r.group && gv.version == "v1")
+        {
+            Some(i) => i,
+            None => {
+                out.push(group_version(r.group, "v1"));
+                out.len() - 1
+            }
+        };
+        let p = prefix(r.group, "v1");
+        let gv = gv_ident(r.group, "v1");
+        let (path, ns) = if r.namespaced {
+            (
+                format!("{p}/namespaces/{{namespace}}/{}", r.plural),
+                "Namespaced",
+            )
+        } else {
+            (format!("{p}/{}", r.plural), "")
+        };
+        let mut params = Vec::new();
+        if r.namespaced {
+            params.push(path_param(
+                "namespace",
+                "object name and auth scope, such as for teams and projects".to_string(),
+            ));
+        }
+        let mut op_params = queries(&["dryRun", "fieldManager", "fieldValidation"]);
+        op_params.push(query("pretty"));
+        out[idx].paths.push(PathItem {
+            path,
+            params,
+            ops: vec![Operation {
+                method: Method::Post,
+                id: format!("create{gv}{ns}{}", r.kind),
+                description: format!("create a {}", r.kind),
+                tag: gv_tag(r.group, "v1"),
+                action: "post",
+                gvk: Some(Gvk::new(r.group, "v1", r.kind)),
+                params: op_params,
+                body: Some(Body::Object(r.object.clone())),
+                responses: ok(
+                    &r.object,
+                    &[("200", "OK"), ("201", "Created"), ("202", "Accepted")],
+                ),
+                produces: OBJECT_TYPES,
+            }],
+        });
+    }
+}
+
 fn prefix(group: &str, version: &str) -> String {
     if group.is_empty() {
         format!("/api/{version}")

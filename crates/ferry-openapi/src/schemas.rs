@@ -68,6 +68,73 @@ pub(crate) struct Definitions {
     pub defs: BTreeMap<String, Value>,
     /// Per served kind, in registry order.
     pub kinds: Vec<KindDefs>,
+    /// The create-only review kinds ([`REVIEWS`]) with their definition names.
+    pub reviews: Vec<Review>,
+}
+
+/// A create-only review kind (not stored): `POST` answers the reviewed object.
+#[derive(Debug, Clone)]
+pub(crate) struct Review {
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    /// `io.k8s.api.authentication.v1.TokenReview`.
+    pub object: String,
+}
+
+/// The review kinds every kube-apiserver serves (authentication.k8s.io/v1 and
+/// authorization.k8s.io/v1): group, plural, kind, namespaced.
+pub(crate) const REVIEWS: &[(&str, &str, &str, bool)] = &[
+    (
+        "authentication.k8s.io",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        false,
+    ),
+    (
+        "authentication.k8s.io",
+        "tokenreviews",
+        "TokenReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "LocalSubjectAccessReview",
+        true,
+    ),
+    (
+        "authorization.k8s.io",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "SelfSubjectRulesReview",
+        false,
+    ),
+    (
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "SubjectAccessReview",
+        false,
+    ),
+];
+
+fn review_schema(generator: &mut SchemaGenerator, kind: &str) -> Option<schemars::Schema> {
+    use k8s_openapi::api::{authentication::v1 as authn, authorization::v1 as authz};
+    Some(match kind {
+        "SelfSubjectReview" => generator.subschema_for::<authn::SelfSubjectReview>(),
+        "TokenReview" => generator.subschema_for::<authn::TokenReview>(),
+        "LocalSubjectAccessReview" => generator.subschema_for::<authz::LocalSubjectAccessReview>(),
+        "SelfSubjectAccessReview" => generator.subschema_for::<authz::SelfSubjectAccessReview>(),
+        "SelfSubjectRulesReview" => generator.subschema_for::<authz::SelfSubjectRulesReview>(),
+        "SubjectAccessReview" => generator.subschema_for::<authz::SubjectAccessReview>(),
+        _ => return None,
+    })
 }
 
 /// The group versions served, in registry order, each with its kinds.
@@ -142,6 +209,27 @@ pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions
     if kinds.iter().any(|s| s.info().scale_subresource) {
         generator.subschema_for::<autoscaling::Scale>();
     }
+    let mut reviews = Vec::new();
+    for (group, plural, kind, namespaced) in REVIEWS {
+        let object = review_schema(&mut generator, kind)
+            .and_then(|s| {
+                s.as_value()
+                    .get("$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.strip_prefix(V3_REF))
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| {
+                format!("io.k8s.api.{}.v1.{kind}", group.trim_end_matches(".k8s.io"))
+            });
+        reviews.push(Review {
+            group: *group,
+            plural: *plural,
+            kind: *kind,
+            namespaced: *namespaced,
+            object,
+        });
+    }
 
     let mut defs: BTreeMap<String, Value> = generator.take_definitions(false).into_iter().collect();
     defs.extend(inline);
@@ -173,6 +261,9 @@ pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions
         v.sort();
         v
     };
+    for r in &reviews {
+        set_gvk(&mut defs, &r.object, vec![Gvk::new(r.group, "v1", r.kind)]);
+    }
     set_gvk(&mut defs, STATUS, vec![Gvk::new("", "v1", "Status")]);
     set_gvk(&mut defs, DELETE_OPTIONS, per_gv("DeleteOptions"));
     set_gvk(&mut defs, WATCH_EVENT, per_gv("WatchEvent"));
@@ -191,6 +282,7 @@ pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions
     Definitions {
         defs,
         kinds: out_kinds,
+        reviews,
     }
 }
 

@@ -445,6 +445,13 @@ pub async fn start_services(
         );
     }
     proxy_mode(a, PodNetworkMode::Loopback)?;
+    // The API server's `proxy` subresources reach loopback pods directly.
+    running.server.set_pod_network(std::sync::Arc::new(
+        ferry_apiserver::resourceproxy::Direct {
+            loopback: ferry_apiserver::alloc::parse_service_cidrs(&cluster_cidr(a))
+                .unwrap_or_default(),
+        },
+    ));
     // Each component with its own client certificate and least privilege (issue 14).
     let ids =
         ferry_apiserver::pki::component_kubeconfigs(&a.data_dir, &running.url, &running.kubeconfig)
@@ -633,6 +640,11 @@ async fn start_netns(
     // The API server for pods: a forwarder on the cluster bridge's gateway addresses.
     let api_port = running.addr.port();
     let cluster_ns = netns::path(&plan.cluster_netns);
+    // ...and pods for the API server: its `proxy` subresources dial from the cluster namespace,
+    // where every node's pod CIDR is routed.
+    running
+        .server
+        .set_pod_network(std::sync::Arc::new(ClusterNetns(cluster_ns.clone())));
     for gw in &plan.gateway {
         let addr = std::net::SocketAddr::new(*gw, api_port);
         let l = netns::bind_tcp_in(Some(&cluster_ns), addr)
@@ -1537,6 +1549,28 @@ fn start_proxy(
         move || ferry_proxy::run(args.clone(), stop.clone().cancelled_owned()),
     );
     Ok(())
+}
+
+/// The netns pod network as the API server reaches it: connections made from the cluster
+/// namespace (global unicast pod IPs only, as upstream allows).
+struct ClusterNetns(std::path::PathBuf);
+
+impl ferry_apiserver::resourceproxy::PodNetwork for ClusterNetns {
+    fn allowed(&self, ip: IpAddr) -> bool {
+        ferry_apiserver::resourceproxy::location::is_global_unicast(ip)
+    }
+
+    fn dial(&self, addr: std::net::SocketAddr) -> ferry_apiserver::resourceproxy::Dialing {
+        let ns = self.0.clone();
+        Box::pin(async move {
+            ferry_node::netns::connect_in(
+                Some(ns.as_path()),
+                addr,
+                std::time::Duration::from_secs(30),
+            )
+            .await
+        })
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! as kube-apiserver's admission chain. The decisions are pure ([`serviceaccount`]); this module
 //! feeds them from the watch cache and words refusals as upstream's `admission.NewForbidden`.
 
+pub mod defaults;
 pub mod noderestriction;
 pub mod serviceaccount;
 
@@ -28,6 +29,18 @@ pub fn forbidden(resource: &str, group: &str, name: &str, reason: &str) -> ApiEr
         format!("{qualified} \"{name}\" is forbidden: {reason}"),
     )
     .with_details(details)
+}
+
+/// `DefaultIngressClass` on an Ingress create, with the IngressClasses of the watch cache.
+pub fn default_ingress_class(api: &Api, ingress: &mut Value) {
+    let classes: Vec<Value> = api
+        .resource("networking.k8s.io", "v1", "ingressclasses")
+        .and_then(|r| api.cache.resource(&r.prefix).map(|c| c.list(&r.prefix)))
+        .unwrap_or_default()
+        .iter()
+        .map(|o| o.value())
+        .collect();
+    defaults::ingress_class(ingress, &classes);
 }
 
 /// The `ServiceAccount` plugin on a pod create: see [`serviceaccount`]. `name` is how the pod

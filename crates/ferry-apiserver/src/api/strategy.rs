@@ -112,7 +112,7 @@ impl RestStrategy for CreateOnUpdate {
 pub struct PodStrategy;
 impl RestStrategy for PodStrategy {
     fn subresources(&self) -> &'static [&'static str] {
-        &["binding", "eviction"]
+        &["binding", "eviction", "ephemeralcontainers"]
     }
 
     fn graceful_delete(&self, obj: &Value, requested: Option<i64>) -> Option<i64> {
@@ -149,6 +149,27 @@ impl RestStrategy for PodStrategy {
                 cx.requested_name,
             )
             .await?;
+            crate::admission::defaults::toleration_seconds(obj);
+            Ok(None)
+        })
+    }
+
+    fn prepare_update(&self, new: &mut Value, _old: &Value) {
+        // DefaultTolerationSeconds runs on updates too.
+        crate::admission::defaults::toleration_seconds(new);
+    }
+}
+
+/// Ingresses: `DefaultIngressClass` on create.
+pub struct IngressStrategy;
+impl RestStrategy for IngressStrategy {
+    fn admit_create<'a: 'b, 'b>(
+        &'b self,
+        cx: CreateContext<'a>,
+        obj: &'b mut Value,
+    ) -> BoxFuture<'b, Result<Option<Txn<'a>>, ApiError>> {
+        Box::pin(async move {
+            crate::admission::default_ingress_class(cx.api, obj);
             Ok(None)
         })
     }
@@ -249,6 +270,7 @@ pub static REGISTRY: &[(&str, &str, &dyn RestStrategy)] = &[
     ("", "Pod", &PodStrategy),
     ("", "Service", &ServiceStrategy),
     ("", "Namespace", &NamespaceStrategy),
+    ("networking.k8s.io", "Ingress", &IngressStrategy),
     ("", "Endpoints", &CreateOnUpdate),
     ("", "Event", &CreateOnUpdate),
     ("coordination.k8s.io", "Lease", &CreateOnUpdate),
@@ -313,7 +335,10 @@ mod tests {
                 .is_empty()
         );
         let subresources = |g, k| for_kind(&info(g, k)).subresources();
-        assert_eq!(subresources("", "Pod"), ["binding", "eviction"]);
+        assert_eq!(
+            subresources("", "Pod"),
+            ["binding", "eviction", "ephemeralcontainers"]
+        );
         assert_eq!(subresources("", "Namespace"), ["finalize"]);
         assert!(subresources("example.com", "Namespace").is_empty());
         assert!(subresources("", "Service").is_empty());

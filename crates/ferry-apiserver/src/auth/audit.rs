@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use crate::error::{Context, Result};
-use ferry_auth::Attributes;
 use ferry_auth::rbac::Decision;
+use ferry_auth::{Attributes, UserInfo};
 use serde_json::{Value, json};
 
 pub struct AuditLog {
@@ -26,6 +26,17 @@ fn user_agent<B>(req: &http::Request<B>) -> Option<String> {
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .map(String::from)
+}
+
+fn user_info(u: &UserInfo) -> Value {
+    let mut v = json!({"username": u.name, "groups": u.groups});
+    if !u.uid.is_empty() {
+        v["uid"] = json!(u.uid);
+    }
+    if !u.extra.is_empty() {
+        v["extra"] = json!(u.extra);
+    }
+    v
 }
 
 impl AuditLog {
@@ -78,15 +89,22 @@ impl AuditLog {
         ev
     }
 
-    /// An authenticated request with its authorization decision.
-    pub fn request<B>(&self, a: &Attributes, req: &http::Request<B>, d: &Decision) {
+    /// An authenticated request with its authorization decision; `impersonator` is the
+    /// authenticated user when the request acts as another (`a.user`, the `impersonatedUser`).
+    pub fn request<B>(
+        &self,
+        a: &Attributes,
+        impersonator: Option<&UserInfo>,
+        req: &http::Request<B>,
+        d: &Decision,
+    ) {
         let mut ev = Self::base(req, &a.verb, "ResponseStarted");
-        ev["user"] = json!({"username": a.user.name, "groups": a.user.groups});
-        if !a.user.uid.is_empty() {
-            ev["user"]["uid"] = json!(a.user.uid);
-        }
-        if !a.user.extra.is_empty() {
-            ev["user"]["extra"] = json!(a.user.extra);
+        match impersonator {
+            Some(by) => {
+                ev["user"] = user_info(by);
+                ev["impersonatedUser"] = user_info(&a.user);
+            }
+            None => ev["user"] = user_info(&a.user),
         }
         if a.resource_request {
             let mut o = json!({"resource": a.resource, "apiVersion": a.api_version});

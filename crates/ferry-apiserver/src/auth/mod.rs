@@ -4,6 +4,8 @@
 //! - who: the admin bearer token (user `admin` in `system:masters`), client certificates the
 //!   cluster CA signed (CN = user, O = groups), ServiceAccount JWTs this server signed (checked
 //!   against the ServiceAccount and the object they are bound to);
+//! - as whom: [`impersonation`] (the `Impersonate-*` headers, each authorized with verb
+//!   `impersonate`), a stage of its own between authentication and authorization;
 //! - may they: `system:masters`, then the [`node`] authorizer (node agents read only what their
 //!   pods reference), then RBAC over the Roles and bindings in the watch cache, with upstream's
 //!   403 message;
@@ -16,6 +18,7 @@
 pub mod audit;
 pub mod certs;
 pub mod escalation;
+pub mod impersonation;
 pub mod node;
 pub mod reviews;
 
@@ -348,11 +351,40 @@ pub async fn admit(
             return Err(crate::server::error_response(&ApiError::unauthorized()));
         }
     };
+    // Impersonation: the request acts as the user its headers name, once each is allowed.
+    let (user, impersonator) = match impersonation::impersonate(server, &user, &mut req) {
+        Ok(None) => (user, None),
+        Ok(Some(as_user)) => (as_user, Some(user)),
+        Err(impersonation::Refused::Malformed(e)) => {
+            let uri = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_else(|| path.clone());
+            return Err(impersonation::internal_error(&uri, &e));
+        }
+        Err(impersonation::Refused::Forbidden(refused)) => {
+            let (target, decision) = *refused;
+            if let Some(a) = &server.auth.audit {
+                let attrs = ferry_auth::attributes::from_request(
+                    user.clone(),
+                    &method,
+                    &path,
+                    query.as_deref(),
+                );
+                a.request(&attrs, None, &req, &decision);
+            }
+            return Err(crate::server::error_response(&forbidden(
+                &target,
+                &decision.reason,
+            )));
+        }
+    };
     let attrs =
         ferry_auth::attributes::from_request(user.clone(), &method, &path, query.as_deref());
     let decision = server.auth.authorize(&server.api, &attrs);
     if let Some(a) = &server.auth.audit {
-        a.request(&attrs, &req, &decision);
+        a.request(&attrs, impersonator.as_ref(), &req, &decision);
     }
     if !decision.allowed {
         return Err(crate::server::error_response(&forbidden(

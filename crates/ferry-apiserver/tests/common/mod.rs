@@ -167,6 +167,8 @@ impl Api {
 /// A running server; dropping it stops the server and removes its data.
 pub struct Server {
     pub api: Api,
+    /// The server itself (to change how it reaches pods, say).
+    pub server: Arc<ferry_apiserver::Server>,
     pub shutdown: CancellationToken,
     _dir: tempfile::TempDir,
 }
@@ -213,6 +215,7 @@ pub async fn start_with(configure: impl FnOnce(&mut ferry_apiserver::Config)) ->
 
     Server {
         api,
+        server: running.server.clone(),
         shutdown,
         _dir: dir,
     }
