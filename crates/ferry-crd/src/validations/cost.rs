@@ -12,7 +12,8 @@
 //! comprehension as its body cost times the range's size). Sizes come from a [`Shape`]:
 //!
 //! * when the CRD is written, from the schema (unbounded strings and lists are sized by
-//!   the 3 MiB request limit, as upstream does);
+//!   the 3 MiB request limit, as upstream does; map keys as a qualified name, 317
+//!   characters);
 //! * when an object is validated, from the actual values the expression can reach (the
 //!   largest of them where an iteration variable stands for every element).
 //!
@@ -35,6 +36,10 @@ pub const PER_CALL_LIMIT: u64 = 1_000_000;
 pub const RUNTIME_BUDGET: i64 = 10_000_000;
 /// Upstream's bound of an unbounded string or list: the request size limit.
 const MAX_REQUEST: u64 = 3 * 1024 * 1024;
+/// The length a map key is estimated at when the CRD is written: the longest qualified name
+/// (a 253-character prefix, `/`, a 63-character name). Upstream's estimator does not size
+/// keys by the request either; at runtime the actual keys are measured.
+const MAP_KEY: u64 = 317;
 
 /// What is known of the value an expression evaluates to.
 #[derive(Clone, Debug)]
@@ -145,8 +150,8 @@ impl<'a> Shape<'a> {
                     .get("items")
                     .map(Shape::Schema)
                     .unwrap_or(Shape::Computed(MAX_REQUEST)),
-                // map keys are strings: bounded by the request
-                _ => Shape::Computed(MAX_REQUEST),
+                // map keys: see MAP_KEY
+                _ => Shape::Computed(MAP_KEY),
             },
             Shape::Values(vs) => {
                 let mut out = Vec::new();

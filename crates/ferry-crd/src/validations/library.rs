@@ -704,12 +704,20 @@ fn prefix_length(ftx: &FunctionContext) -> R {
 
 // ---- quantities ----
 
-/// A resource quantity as an exact decimal: `mantissa × 10^exp`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A resource quantity as an exact decimal: `mantissa × 10^exp` (equal when the numbers are).
+#[derive(Debug, Clone)]
 pub struct Quantity {
     mantissa: i128,
     exp: i32,
 }
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Quantity) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Quantity {}
 
 impl Opaque for Quantity {
     fn runtime_type_name(&self) -> &str {

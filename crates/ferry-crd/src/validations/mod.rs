@@ -670,7 +670,12 @@ impl Validator {
                     errs.push(FieldError::invalid(path, ty.clone(), format!("'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {rule_text} (it evaluated to {other:?}, not a bool)")));
                     continue;
                 }
-                Err(ExecutionError::NoSuchOverload(_)) | Err(ExecutionError::UnexpectedType { .. }) => {
+                Err(
+                    ExecutionError::NoSuchOverload(_)
+                    | ExecutionError::UnexpectedType { .. }
+                    | ExecutionError::UnsupportedBinaryOperator(..)
+                    | ExecutionError::ValuesNotComparable(..),
+                ) => {
                     errs.push(FieldError::invalid(path, ty.clone(), format!("'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {rule_text}")));
                     continue;
                 }
