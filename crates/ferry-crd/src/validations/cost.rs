@@ -74,9 +74,8 @@ fn min_serialized(s: &Value) -> u64 {
 pub fn schema_size(s: &Value) -> u64 {
     match schema_type(s) {
         "string" => bound(s, "maxLength").unwrap_or(MAX_REQUEST),
-        "array" => bound(s, "maxItems").unwrap_or_else(|| {
-            MAX_REQUEST / (s.get("items").map(min_serialized).unwrap_or(1) + 1)
-        }),
+        "array" => bound(s, "maxItems")
+            .unwrap_or_else(|| MAX_REQUEST / (s.get("items").map(min_serialized).unwrap_or(1) + 1)),
         "object" => match (s.get("properties"), s.get("additionalProperties")) {
             (Some(Value::Object(p)), None) if !preserve(s) => p.len() as u64,
             _ => bound(s, "maxProperties").unwrap_or(MAX_REQUEST / 4),
@@ -87,8 +86,12 @@ pub fn schema_size(s: &Value) -> u64 {
 }
 
 fn preserve(s: &Value) -> bool {
-    s.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
-        || s.get("x-kubernetes-embedded-resource").and_then(Value::as_bool) == Some(true)
+    s.get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true)
+        || s.get("x-kubernetes-embedded-resource")
+            .and_then(Value::as_bool)
+            == Some(true)
 }
 
 fn value_size(v: &Value) -> u64 {
@@ -114,9 +117,9 @@ impl<'a> Shape<'a> {
         match self {
             Shape::Schema(s) => {
                 if let Some(Value::Object(p)) = s.get("properties")
-                    && let Some((_, child)) = p
-                        .iter()
-                        .find(|(k, _)| crate::validations::value::escape(k).as_deref() == Some(name))
+                    && let Some((_, child)) = p.iter().find(|(k, _)| {
+                        crate::validations::value::escape(k).as_deref() == Some(name)
+                    })
                 {
                     return Shape::Schema(child);
                 }
@@ -160,7 +163,8 @@ impl<'a> Shape<'a> {
                     match v {
                         Value::Array(a) => out.extend(a.iter()),
                         Value::Object(o) => {
-                            key_len = key_len.max(o.keys().map(|k| k.len() as u64).max().unwrap_or(0))
+                            key_len =
+                                key_len.max(o.keys().map(|k| k.len() as u64).max().unwrap_or(0))
                         }
                         _ => {}
                     }
@@ -188,12 +192,17 @@ fn tenth(n: u64) -> u64 {
 
 /// Estimates `expr` with `vars` bound (`self`, `oldSelf`, …).
 pub fn estimate<'a>(expr: &IdedExpr, vars: &HashMap<String, Shape<'a>>) -> u64 {
-    let mut scope: Vec<(String, Shape<'a>)> = vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut scope: Vec<(String, Shape<'a>)> =
+        vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     walk(expr, &mut scope).cost
 }
 
 fn lookup<'a>(scope: &[(String, Shape<'a>)], name: &str) -> Option<Shape<'a>> {
-    scope.iter().rev().find(|(n, _)| n == name).map(|(_, s)| s.clone())
+    scope
+        .iter()
+        .rev()
+        .find(|(n, _)| n == name)
+        .map(|(_, s)| s.clone())
 }
 
 fn literal_size(expr: &IdedExpr) -> Option<u64> {
@@ -310,9 +319,10 @@ fn walk<'a>(expr: &IdedExpr, scope: &mut Vec<(String, Shape<'a>)>) -> Est<'a> {
                 "contains" | "startsWith" | "endsWith" | "lowerAscii" | "upperAscii" | "trim"
                 | "replace" | "substring" | "charAt" | "reverse" | "url" | "isURL" | "ip"
                 | "isIP" | "cidr" | "isCIDR" | "quantity" | "isQuantity" | "ip.isCanonical"
-                | "validate" | "format" | "string" | "bytes" | "int" | "double" => {
-                    (tenth(subject_size.saturating_add(arg_size(0))), subject_size)
-                }
+                | "validate" | "format" | "string" | "bytes" | "int" | "double" => (
+                    tenth(subject_size.saturating_add(arg_size(0))),
+                    subject_size,
+                ),
                 "split" => (tenth(subject_size), subject_size),
                 "indexOf" | "lastIndexOf" | "join" | "isSorted" | "sum" | "min" | "max" => {
                     (tenth(subject_size).max(subject_size / 10), subject_size)
@@ -325,7 +335,14 @@ fn walk<'a>(expr: &IdedExpr, scope: &mut Vec<(String, Shape<'a>)>) -> Est<'a> {
                     tenth(subject_size.saturating_add(arg_size(0))),
                     subject_size.saturating_add(arg_size(0)),
                 ),
-                "_?_:_" => (0, args.iter().skip(1).map(|a| a.shape.size()).max().unwrap_or(1)),
+                "_?_:_" => (
+                    0,
+                    args.iter()
+                        .skip(1)
+                        .map(|a| a.shape.size())
+                        .max()
+                        .unwrap_or(1),
+                ),
                 "_[_]" | "_[?_]" => {
                     let shape = args
                         .first()

@@ -44,7 +44,12 @@ pub fn env() -> Arc<Env> {
             vec![DYN_TYPE],
             list_last_index_of,
         );
-        let _ = env.add_overload("format.named", "format.named(string)", vec![STRING_TYPE], format_named);
+        let _ = env.add_overload(
+            "format.named",
+            "format.named(string)",
+            vec![STRING_TYPE],
+            format_named,
+        );
         Arc::new(env)
     })
     .clone()
@@ -310,15 +315,15 @@ fn list_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
     list_position(args, false)
 }
 
-fn list_last_index_of<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
+fn list_last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     list_position(args, true)
 }
 
 // ---- regex ----
 
-fn regex_args(ftx: &FunctionContext) -> Result<(Arc<String>, regex::Regex, Vec<Value>), ExecutionError> {
+fn regex_args(
+    ftx: &FunctionContext,
+) -> Result<(Arc<String>, regex::Regex, Vec<Value>), ExecutionError> {
     let s = this(ftx)?;
     let a = args(ftx)?;
     match (&s, a.first()) {
@@ -333,7 +338,9 @@ fn regex_args(ftx: &FunctionContext) -> Result<(Arc<String>, regex::Regex, Vec<V
 
 fn find(ftx: &FunctionContext) -> R {
     let (s, re, _) = regex_args(ftx)?;
-    Ok(Value::from(re.find(&s).map(|m| m.as_str()).unwrap_or("").to_string()))
+    Ok(Value::from(
+        re.find(&s).map(|m| m.as_str()).unwrap_or("").to_string(),
+    ))
 }
 
 fn find_all(ftx: &FunctionContext) -> R {
@@ -343,7 +350,9 @@ fn find_all(ftx: &FunctionContext) -> R {
         Some(Value::Int(_)) | None => None,
         Some(other) => return Err(overload(ftx, None, std::slice::from_ref(other))),
     };
-    let found = re.find_iter(&s).map(|m| Value::from(m.as_str().to_string()));
+    let found = re
+        .find_iter(&s)
+        .map(|m| Value::from(m.as_str().to_string()));
     let list: Vec<Value> = match limit {
         Some(0) => Vec::new(),
         Some(n) => found.take(n).collect(),
@@ -405,7 +414,10 @@ fn parse_url(s: &str) -> Option<Url> {
         // an opaque URI (`mailto:x`): ParseRequestURI refuses it
         return None;
     };
-    let host = host.rsplit_once('@').map(|(_, h)| h.to_string()).unwrap_or(host);
+    let host = host
+        .rsplit_once('@')
+        .map(|(_, h)| h.to_string())
+        .unwrap_or(host);
     Some(Url {
         scheme: scheme.to_string(),
         host,
@@ -493,7 +505,13 @@ fn unescape(s: &str) -> String {
 fn get_query(ftx: &FunctionContext) -> R {
     let u = url_this(ftx)?;
     let mut m: HashMap<Key, Vec<Value>> = HashMap::new();
-    for pair in u.query.as_deref().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+    for pair in u
+        .query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         m.entry(Key::String(Arc::new(unescape(k))))
             .or_default()
@@ -547,7 +565,11 @@ fn parse_ip(s: &str) -> Option<IpAddr> {
 fn parse_cidr(s: &str) -> Option<Cidr> {
     let (a, p) = s.split_once('/')?;
     let addr = parse_ip(a)?;
-    if p.is_empty() || p.len() > 3 || !p.chars().all(|c| c.is_ascii_digit()) || (p.len() > 1 && p.starts_with('0')) {
+    if p.is_empty()
+        || p.len() > 3
+        || !p.chars().all(|c| c.is_ascii_digit())
+        || (p.len() > 1 && p.starts_with('0'))
+    {
         return None;
     }
     let prefix: u8 = p.parse().ok()?;
@@ -559,12 +581,20 @@ fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
     match addr {
         IpAddr::V4(a) => {
             let bits = u32::from(a);
-            let m = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+            let m = if prefix == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(prefix))
+            };
             IpAddr::V4((bits & m).into())
         }
         IpAddr::V6(a) => {
             let bits = u128::from(a);
-            let m = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
+            let m = if prefix == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(prefix))
+            };
             IpAddr::V6((bits & m).into())
         }
     }
@@ -596,14 +626,19 @@ fn is_ip(ftx: &FunctionContext) -> R {
 fn ip_is_canonical(ftx: &FunctionContext) -> R {
     let s = string_arg(ftx)?;
     let ip = parse_ip(&s).ok_or_else(|| {
-        ExecutionError::function_error("ip.isCanonical", format!("IP Address \"{s}\" parse error during conversion from string"))
+        ExecutionError::function_error(
+            "ip.isCanonical",
+            format!("IP Address \"{s}\" parse error during conversion from string"),
+        )
     })?;
     Ok(Value::Bool(ip.to_string() == *s))
 }
 
 fn ip_this(ftx: &FunctionContext) -> Result<IpAddr, ExecutionError> {
     let t = this(ftx)?;
-    opaque::<Ip>(&t).map(|i| i.0).ok_or_else(|| overload(ftx, Some(&t), &[]))
+    opaque::<Ip>(&t)
+        .map(|i| i.0)
+        .ok_or_else(|| overload(ftx, Some(&t), &[]))
 }
 
 fn family(ftx: &FunctionContext) -> R {
@@ -640,7 +675,11 @@ fn is_global_unicast(ftx: &FunctionContext) -> R {
     };
     let broadcast = matches!(ip, IpAddr::V4(a) if a.is_broadcast());
     Ok(Value::Bool(
-        !ip.is_unspecified() && !ip.is_loopback() && !ip.is_multicast() && !link_local && !broadcast,
+        !ip.is_unspecified()
+            && !ip.is_loopback()
+            && !ip.is_multicast()
+            && !link_local
+            && !broadcast,
     ))
 }
 
@@ -657,15 +696,18 @@ fn is_cidr(ftx: &FunctionContext) -> R {
 
 fn cidr_this(ftx: &FunctionContext) -> Result<Cidr, ExecutionError> {
     let t = this(ftx)?;
-    opaque::<Cidr>(&t).cloned().ok_or_else(|| overload(ftx, Some(&t), &[]))
+    opaque::<Cidr>(&t)
+        .cloned()
+        .ok_or_else(|| overload(ftx, Some(&t), &[]))
 }
 
 fn contains_ip(ftx: &FunctionContext) -> R {
     let c = cidr_this(ftx)?;
     let a = args(ftx)?;
     let ip = match a.first() {
-        Some(Value::String(s)) => parse_ip(s)
-            .ok_or_else(|| ExecutionError::function_error("containsIP", format!("IP Address \"{s}\" parse error")))?,
+        Some(Value::String(s)) => parse_ip(s).ok_or_else(|| {
+            ExecutionError::function_error("containsIP", format!("IP Address \"{s}\" parse error"))
+        })?,
         Some(v) => match opaque::<Ip>(v) {
             Some(i) => i.0,
             None => return Err(overload(ftx, None, &a)),
@@ -679,15 +721,21 @@ fn contains_cidr(ftx: &FunctionContext) -> R {
     let c = cidr_this(ftx)?;
     let a = args(ftx)?;
     let other = match a.first() {
-        Some(Value::String(s)) => parse_cidr(s)
-            .ok_or_else(|| ExecutionError::function_error("containsCIDR", format!("network address \"{s}\" parse error")))?,
+        Some(Value::String(s)) => parse_cidr(s).ok_or_else(|| {
+            ExecutionError::function_error(
+                "containsCIDR",
+                format!("network address \"{s}\" parse error"),
+            )
+        })?,
         Some(v) => match opaque::<Cidr>(v) {
             Some(o) => o.clone(),
             None => return Err(overload(ftx, None, &a)),
         },
         None => return Err(ExecutionError::invalid_argument_count(1, 0)),
     };
-    Ok(Value::Bool(other.prefix >= c.prefix && contains(&c, other.addr)))
+    Ok(Value::Bool(
+        other.prefix >= c.prefix && contains(&c, other.addr),
+    ))
 }
 
 fn masked(ftx: &FunctionContext) -> R {
@@ -771,7 +819,9 @@ pub fn parse_quantity(s: &str) -> Option<Quantity> {
         "P" => exp += 15,
         "E" => exp += 18,
         _ => {
-            let e = suffix.strip_prefix('e').or_else(|| suffix.strip_prefix('E'))?;
+            let e = suffix
+                .strip_prefix('e')
+                .or_else(|| suffix.strip_prefix('E'))?;
             let v: i32 = e.parse().ok()?;
             if e.is_empty() || e.starts_with('+') || v.abs() > 300 {
                 return None;
@@ -793,10 +843,17 @@ impl Quantity {
             return a.signum().cmp(&b.signum());
         }
         let e = self.exp.min(other.exp);
-        let scale = |m: i128, x: i32| -> Option<i128> { 10i128.checked_pow(u32::try_from(x - e).ok()?).and_then(|p| m.checked_mul(p)) };
+        let scale = |m: i128, x: i32| -> Option<i128> {
+            10i128
+                .checked_pow(u32::try_from(x - e).ok()?)
+                .and_then(|p| m.checked_mul(p))
+        };
         match (scale(a, self.exp), scale(b, other.exp)) {
             (Some(x), Some(y)) => x.cmp(&y),
-            _ => self.approx().partial_cmp(&other.approx()).unwrap_or(Ordering::Equal),
+            _ => self
+                .approx()
+                .partial_cmp(&other.approx())
+                .unwrap_or(Ordering::Equal),
         }
     }
     fn approx(&self) -> f64 {
@@ -808,12 +865,18 @@ impl Quantity {
             i64::try_from(self.mantissa.checked_mul(p)?).ok()
         } else {
             let p = 10i128.checked_pow((-self.exp) as u32)?;
-            (self.mantissa % p == 0).then(|| i64::try_from(self.mantissa / p).ok()).flatten()
+            (self.mantissa % p == 0)
+                .then(|| i64::try_from(self.mantissa / p).ok())
+                .flatten()
         }
     }
     fn add(&self, other: &Quantity, negate: bool) -> Option<Quantity> {
         let e = self.exp.min(other.exp);
-        let scale = |m: i128, x: i32| -> Option<i128> { 10i128.checked_pow(u32::try_from(x - e).ok()?).and_then(|p| m.checked_mul(p)) };
+        let scale = |m: i128, x: i32| -> Option<i128> {
+            10i128
+                .checked_pow(u32::try_from(x - e).ok()?)
+                .and_then(|p| m.checked_mul(p))
+        };
         let b = scale(other.mantissa, other.exp)?;
         let b = if negate { b.checked_neg()? } else { b };
         Some(Quantity {
@@ -836,7 +899,9 @@ fn is_quantity(ftx: &FunctionContext) -> R {
 
 fn q_this(ftx: &FunctionContext) -> Result<Quantity, ExecutionError> {
     let t = this(ftx)?;
-    opaque::<Quantity>(&t).cloned().ok_or_else(|| overload(ftx, Some(&t), &[]))
+    opaque::<Quantity>(&t)
+        .cloned()
+        .ok_or_else(|| overload(ftx, Some(&t), &[]))
 }
 
 fn q_arg(ftx: &FunctionContext) -> Result<Quantity, ExecutionError> {
@@ -846,7 +911,9 @@ fn q_arg(ftx: &FunctionContext) -> Result<Quantity, ExecutionError> {
             mantissa: i128::from(*i),
             exp: 0,
         }),
-        Some(v) => opaque::<Quantity>(v).cloned().ok_or_else(|| overload(ftx, None, &a)),
+        Some(v) => opaque::<Quantity>(v)
+            .cloned()
+            .ok_or_else(|| overload(ftx, None, &a)),
         None => Err(ExecutionError::invalid_argument_count(1, 0)),
     }
 }
@@ -856,10 +923,9 @@ fn q_is_integer(ftx: &FunctionContext) -> R {
 }
 
 fn q_as_integer(ftx: &FunctionContext) -> R {
-    q_this(ftx)?
-        .integer()
-        .map(Value::Int)
-        .ok_or_else(|| ExecutionError::function_error("asInteger", "cannot convert value to integer"))
+    q_this(ftx)?.integer().map(Value::Int).ok_or_else(|| {
+        ExecutionError::function_error("asInteger", "cannot convert value to integer")
+    })
 }
 
 fn q_as_float(ftx: &FunctionContext) -> R {
@@ -871,11 +937,15 @@ fn q_sign(ftx: &FunctionContext) -> R {
 }
 
 fn q_greater(ftx: &FunctionContext) -> R {
-    Ok(Value::Bool(q_this(ftx)?.cmp(&q_arg(ftx)?) == Ordering::Greater))
+    Ok(Value::Bool(
+        q_this(ftx)?.cmp(&q_arg(ftx)?) == Ordering::Greater,
+    ))
 }
 
 fn q_less(ftx: &FunctionContext) -> R {
-    Ok(Value::Bool(q_this(ftx)?.cmp(&q_arg(ftx)?) == Ordering::Less))
+    Ok(Value::Bool(
+        q_this(ftx)?.cmp(&q_arg(ftx)?) == Ordering::Less,
+    ))
 }
 
 fn q_compare(ftx: &FunctionContext) -> R {
@@ -931,11 +1001,19 @@ impl Opaque for Format {
 fn format_named<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let name = match args.first().map(to_value) {
         Some(Ok(Value::String(s))) => s,
-        _ => return Err(ExecutionError::no_such_overload("format.named", vec!["dyn".into()])),
+        _ => {
+            return Err(ExecutionError::no_such_overload(
+                "format.named",
+                vec!["dyn".into()],
+            ));
+        }
     };
-    let v = match FORMAT_NAMES.iter().find(|n| **n == name.as_str()).copied().or(
-        (name.as_str() == "datetime").then_some("datetime"),
-    ) {
+    let v = match FORMAT_NAMES
+        .iter()
+        .find(|n| **n == name.as_str())
+        .copied()
+        .or((name.as_str() == "datetime").then_some("datetime"))
+    {
         Some(n) => some(Value::Opaque(Arc::new(Format(n)))),
         None => none(),
     };
@@ -975,12 +1053,20 @@ fn check_format(name: &str, s: &str) -> Vec<String> {
         "dns1123LabelPrefix" => dns_label(s.trim_end_matches('-'), 63, false),
         "dns1035LabelPrefix" => dns_label(s.trim_end_matches('-'), 63, true),
         "dns1123Subdomain" | "dns1123SubdomainPrefix" => {
-            let s = if name.ends_with("Prefix") { s.trim_end_matches('-') } else { s };
+            let s = if name.ends_with("Prefix") {
+                s.trim_end_matches('-')
+            } else {
+                s
+            };
             let mut errs = Vec::new();
             if s.len() > 253 {
                 errs.push("must be no more than 253 characters".to_string());
             }
-            if !regex::Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").is_ok_and(|r| r.is_match(s)) {
+            if !regex::Regex::new(
+                r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+            )
+            .is_ok_and(|r| r.is_match(s))
+            {
                 errs.push("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".to_string());
             }
             errs
@@ -993,7 +1079,11 @@ fn check_format(name: &str, s: &str) -> Vec<String> {
                 return errs;
             }
             if !prefix.is_empty() {
-                errs.extend(check_format("dns1123Subdomain", prefix).into_iter().map(|e| format!("prefix part {e}")));
+                errs.extend(
+                    check_format("dns1123Subdomain", prefix)
+                        .into_iter()
+                        .map(|e| format!("prefix part {e}")),
+                );
             }
             if n.is_empty() {
                 errs.push("name part must be non-empty".to_string());
@@ -1001,7 +1091,9 @@ fn check_format(name: &str, s: &str) -> Vec<String> {
                 if n.len() > 63 {
                     errs.push("name part must be no more than 63 characters".to_string());
                 }
-                if !regex::Regex::new("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$").is_ok_and(|r| r.is_match(n)) {
+                if !regex::Regex::new("^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+                    .is_ok_and(|r| r.is_match(n))
+                {
                     errs.push("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".to_string());
                 }
             }
@@ -1022,7 +1114,9 @@ fn check_format(name: &str, s: &str) -> Vec<String> {
             None => vec!["invalid URI".to_string()],
         },
         "uuid" => {
-            if re_ok("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$") {
+            if re_ok(
+                "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
+            ) {
                 Vec::new()
             } else {
                 vec!["does not match the UUID format".to_string()]
@@ -1066,6 +1160,8 @@ fn format_validate(ftx: &FunctionContext) -> R {
     Ok(if errs.is_empty() {
         none()
     } else {
-        some(Value::List(Arc::new(errs.into_iter().map(Value::from).collect())))
+        some(Value::List(Arc::new(
+            errs.into_iter().map(Value::from).collect(),
+        )))
     })
 }

@@ -90,6 +90,23 @@ const REASONS: [&str; 4] = [
     "FieldValueDuplicate",
 ];
 
+/// Why a rule does not compile: cel-go's text (`ERROR: <input>:1:5: …`, the source line and
+/// a caret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CompileError(String);
+
+/// Why a rule's `fieldPath` is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldPathError {
+    #[error("does not refer to a valid field")]
+    NotAField,
+    #[error("unexpected end of JSON path")]
+    UnexpectedEnd,
+    #[error("expected [ or . but got: {0}")]
+    Unexpected(String),
+}
+
 /// A compiled expression: the program and whether it reads `oldSelf`.
 struct Compiled {
     program: Program,
@@ -126,18 +143,24 @@ fn cel_error(source: &str, offset: usize, msg: &str) -> String {
 
 /// Compiles `source` for a node of `schema`: parse errors as cel-go prints them, and
 /// selections of fields the schema does not declare (`undefined field 'x'`).
-fn compile(source: &str, schema: &Value, optional_old_self: bool) -> Result<Compiled, String> {
-    let program = library::env().compile(source).map_err(|e| {
-        e.to_string()
-            .replace("\n| ", "\n | ")
-            .replace("ERROR: <input>", "ERROR: <input>")
-    })?;
+fn compile(
+    source: &str,
+    schema: &Value,
+    optional_old_self: bool,
+) -> Result<Compiled, CompileError> {
+    let program = library::env()
+        .compile(source)
+        .map_err(|e| CompileError(e.to_string().replace("\n| ", "\n | ")))?;
     let mut errs = Vec::new();
     let mut scope: Vec<(String, Option<&Value>)> = vec![
         ("self".into(), Some(schema)),
         (
             "oldSelf".into(),
-            if optional_old_self { None } else { Some(schema) },
+            if optional_old_self {
+                None
+            } else {
+                Some(schema)
+            },
         ),
     ];
     check_fields(program.expression(), &mut scope, &mut errs);
@@ -147,7 +170,7 @@ fn compile(source: &str, schema: &Value, optional_old_self: bool) -> Result<Comp
             .offset_for(*id)
             .map(|(s, _)| s as usize)
             .unwrap_or(0);
-        return Err(cel_error(source, offset, msg));
+        return Err(CompileError(cel_error(source, offset, msg)));
     }
     let uses_old_self = program.references().has_variable("oldSelf");
     Ok(Compiled {
@@ -204,8 +227,11 @@ fn check_fields<'a>(
             if let Some(t) = &call.target {
                 check_fields(t, scope, errs);
             }
-            let args: Vec<Option<&Value>> =
-                call.args.iter().map(|a| check_fields(a, scope, errs)).collect();
+            let args: Vec<Option<&Value>> = call
+                .args
+                .iter()
+                .map(|a| check_fields(a, scope, errs))
+                .collect();
             if call.func_name == "_[_]" && call.target.is_none() {
                 let container = args.first().copied().flatten()?;
                 return container
@@ -259,34 +285,36 @@ fn check_fields<'a>(
 
 /// Parses a rule's `fieldPath` (`.spec.foo`, `.map['key']`) against the schema node, into
 /// the dotted path upstream appends to the node's path.
-fn field_path(path: &str, schema: &Value) -> Result<String, String> {
+fn field_path(path: &str, schema: &Value) -> Result<String, FieldPathError> {
     let mut out = String::new();
     let mut node = schema;
     let mut rest = path;
-    let invalid = || "does not refer to a valid field".to_string();
     while !rest.is_empty() {
-        let (name, named, next) = if let Some(r) = rest.strip_prefix("['") {
-            let end = r.find("']").ok_or_else(|| "unexpected end of JSON path".to_string())?;
-            (&r[..end], false, &r[end + 2..])
+        let (name, next) = if let Some(r) = rest.strip_prefix("['") {
+            let end = r.find("']").ok_or(FieldPathError::UnexpectedEnd)?;
+            (&r[..end], &r[end + 2..])
         } else if let Some(r) = rest.strip_prefix('.') {
             let end = r.find(['.', '[']).unwrap_or(r.len());
-            (&r[..end], true, &r[end..])
+            (&r[..end], &r[end..])
         } else {
-            return Err(format!("expected [ or . but got: {rest}"));
+            return Err(FieldPathError::Unexpected(rest.to_string()));
         };
         if name.is_empty() {
-            return Err("unexpected end of JSON path".to_string());
+            return Err(FieldPathError::UnexpectedEnd);
         }
         if let Some(child_schema) = node.get("properties").and_then(|p| p.get(name)) {
-            out = if out.is_empty() { name.to_string() } else { child(&out, name) };
+            out = if out.is_empty() {
+                name.to_string()
+            } else {
+                child(&out, name)
+            };
             node = child_schema;
         } else if let Some(a) = node.get("additionalProperties").filter(|a| a.is_object()) {
             out = format!("{out}[{name}]");
             node = a;
         } else {
-            return Err(invalid());
+            return Err(FieldPathError::NotAField);
         }
-        let _ = named;
         rest = next;
     }
     Ok(out)
@@ -327,12 +355,24 @@ fn check_node(
     }
     if let Some(Value::Object(props)) = schema.get("properties") {
         for (k, s) in props {
-            check_node(s, &format!("{path}.properties[{k}]"), cardinality, total, errs);
+            check_node(
+                s,
+                &format!("{path}.properties[{k}]"),
+                cardinality,
+                total,
+                errs,
+            );
         }
     }
     let size = cost::schema_size(schema).max(1);
     if let Some(items @ Value::Object(_)) = schema.get("items") {
-        check_node(items, &child(path, "items"), cardinality.saturating_mul(size), total, errs);
+        check_node(
+            items,
+            &child(path, "items"),
+            cardinality.saturating_mul(size),
+            total,
+            errs,
+        );
     }
     if let Some(a @ Value::Object(_)) = schema.get("additionalProperties") {
         check_node(
@@ -354,7 +394,10 @@ fn check_rule(
     errs: &mut Vec<FieldError>,
 ) {
     if rule.rule.trim().is_empty() {
-        errs.push(FieldError::required(&child(rp, "rule"), "rule is not specified"));
+        errs.push(FieldError::required(
+            &child(rp, "rule"),
+            "rule is not specified",
+        ));
         return;
     }
     if let Some(m) = &rule.message {
@@ -449,7 +492,7 @@ fn check_rule(
 /// A rule ready to run.
 struct NodeRule {
     rule: Rule,
-    program: Result<Compiled, String>,
+    program: Result<Compiled, CompileError>,
     message: Option<Compiled>,
     /// `fieldPath`, normalized (`spec.foo`), empty when unset.
     field_path: String,
@@ -506,7 +549,8 @@ impl Node {
             node.items = Node::build(items, format!("{pointer}/items")).map(Box::new);
         }
         if let Some(a @ Value::Object(_)) = schema.get("additionalProperties") {
-            node.additional = Node::build(a, format!("{pointer}/additionalProperties")).map(Box::new);
+            node.additional =
+                Node::build(a, format!("{pointer}/additionalProperties")).map(Box::new);
         }
         let empty = node.rules.is_empty()
             && node.properties.is_empty()
@@ -625,7 +669,9 @@ impl Validator {
         budget: &mut i64,
         errs: &mut Vec<FieldError>,
     ) -> Result<(), Stop> {
-        let ty = render(&json!(schema.get("type").and_then(Value::as_str).unwrap_or("")));
+        let ty = render(&json!(
+            schema.get("type").and_then(Value::as_str).unwrap_or("")
+        ));
         if *budget <= 0 {
             errs.push(FieldError::invalid(path, ty, "validation failed due to running out of cost budget, no further validation rules will be run"));
             return Err(Stop);
@@ -636,7 +682,11 @@ impl Validator {
             let compiled = match &r.program {
                 Ok(c) => c,
                 Err(e) => {
-                    errs.push(FieldError::invalid(path, ty.clone(), format!("rule compile error: {e}")));
+                    errs.push(FieldError::invalid(
+                        path,
+                        ty.clone(),
+                        format!("rule compile error: {e}"),
+                    ));
                     continue;
                 }
             };
@@ -680,7 +730,11 @@ impl Validator {
                     continue;
                 }
                 Err(e) => {
-                    errs.push(FieldError::invalid(path, ty.clone(), format!("{} evaluating rule: {rule_text}", go_error(&e))));
+                    errs.push(FieldError::invalid(
+                        path,
+                        ty.clone(),
+                        format!("{} evaluating rule: {rule_text}", go_error(&e)),
+                    ));
                     continue;
                 }
             }
@@ -698,7 +752,8 @@ impl Validator {
                 let spent = cost::estimate(m.program.expression(), &vars);
                 if spent as i64 <= *budget {
                     *budget -= spent as i64;
-                    if let Ok(Cel::String(s)) = eval(&m.program, &self_val, old_val.as_ref(), false) {
+                    if let Ok(Cel::String(s)) = eval(&m.program, &self_val, old_val.as_ref(), false)
+                    {
                         let t = s.trim();
                         if !t.is_empty() && !t.contains('\n') && t.len() <= 5 * 1024 {
                             detail = Some(t.to_string());
@@ -709,7 +764,9 @@ impl Validator {
             let detail = detail.unwrap_or_else(|| r.rule.message_or_default());
             errs.push(match r.rule.reason.as_deref() {
                 Some("FieldValueForbidden") => FieldError::forbidden(&field, detail),
-                Some("FieldValueRequired") => FieldError::new(ErrorType::Required, &field, None, detail),
+                Some("FieldValueRequired") => {
+                    FieldError::new(ErrorType::Required, &field, None, detail)
+                }
                 Some("FieldValueDuplicate") => FieldError::duplicate(&field, ty.clone()),
                 _ => FieldError::invalid(&field, ty.clone(), detail),
             });
@@ -732,7 +789,12 @@ fn go_error(e: &ExecutionError) -> String {
 }
 
 /// Evaluates `program` with `self` and `oldSelf` bound.
-fn eval(program: &Program, self_val: &Cel, old: Option<&Cel>, optional: bool) -> Result<Cel, ExecutionError> {
+fn eval(
+    program: &Program,
+    self_val: &Cel,
+    old: Option<&Cel>,
+    optional: bool,
+) -> Result<Cel, ExecutionError> {
     let mut ctx = Context::with_env(library::env());
     library::register(&mut ctx);
     ctx.add_variable_from_value("self", self_val.clone());
@@ -797,7 +859,10 @@ pub fn check_crd(crd: &Value, structural_ok: impl Fn(usize) -> bool) -> Vec<Fiel
         if let Some(s) = s
             && structural_ok(i)
         {
-            errs.extend(check_schema(s, &format!("spec.versions[{i}].schema.openAPIV3Schema")));
+            errs.extend(check_schema(
+                s,
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+            ));
         }
     }
     errs

@@ -7,7 +7,10 @@ fn smoke() {
         "x-kubernetes-validations": [{"rule": "self.a < self.b", "message": "a must be less than b"}],
         "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}});
     let v = Validator::new(&schema);
-    assert!(v.validate(&json!({"spec": {"a": 1, "b": 2}}), None).is_empty());
+    assert!(
+        v.validate(&json!({"spec": {"a": 1, "b": 2}}), None)
+            .is_empty()
+    );
     let errs = v.validate(&json!({"spec": {"a": 3, "b": 2}}), None);
     assert_eq!(errs.len(), 1, "{errs:?}");
 }
@@ -93,6 +96,20 @@ fn httproute_redirect_with_replace_prefix_needs_a_path_prefix_match() {
             "spec.rules[0]",
             "\"object\"".into(),
             "When using RequestRedirect filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified"
+        )]
+    );
+    // timeouts: durations compared
+    let timeouts = |request: &str, backend: &str| {
+        httproute(json!({"timeouts": {"request": request, "backendRequest": backend}}))
+    };
+    assert_eq!(validate(timeouts("10s", "5s")), vec![]);
+    assert_eq!(validate(timeouts("0s", "5s")), vec![]);
+    assert_eq!(
+        validate(timeouts("1s", "2m")),
+        vec![FieldError::invalid(
+            "spec.rules[0].timeouts",
+            "\"object\"".into(),
+            "backendRequest timeout cannot be longer than request timeout"
         )]
     );
     // both a redirect and a rewrite: the rule on the filters list
@@ -221,7 +238,11 @@ fn library_functions() {
     // and a false rule fails with the default message
     assert_eq!(
         run("self.a == 2", spec.clone()),
-        vec![FieldError::invalid("spec", "\"object\"".into(), "failed rule: self.a == 2")]
+        vec![FieldError::invalid(
+            "spec",
+            "\"object\"".into(),
+            "failed rule: self.a == 2"
+        )]
     );
 }
 
@@ -258,25 +279,39 @@ fn message_expression_reason_and_field_path() {
     assert_eq!(
         v(json!({"rule": "self.replicas <= self.max",
             "messageExpression": "'replicas ' + string(self.replicas) + ' above ' + string(self.max)"})),
-        vec![FieldError::invalid("spec", "\"object\"".into(), "replicas 5 above 3")]
+        vec![FieldError::invalid(
+            "spec",
+            "\"object\"".into(),
+            "replicas 5 above 3"
+        )]
     );
     // a messageExpression that fails, or is empty, falls back to message
     assert_eq!(
-        v(json!({"rule": "self.replicas <= self.max", "message": "too many",
-            "messageExpression": "self.nope"})),
+        v(
+            json!({"rule": "self.replicas <= self.max", "message": "too many",
+            "messageExpression": "self.nope"})
+        ),
         vec![FieldError::invalid("spec", "\"object\"".into(), "too many")]
     );
     assert_eq!(
         v(json!({"rule": "self.replicas <= self.max", "messageExpression": "'  '"})),
-        vec![FieldError::invalid("spec", "\"object\"".into(), "failed rule: self.replicas <= self.max")]
+        vec![FieldError::invalid(
+            "spec",
+            "\"object\"".into(),
+            "failed rule: self.replicas <= self.max"
+        )]
     );
     assert_eq!(
-        v(json!({"rule": "self.replicas <= self.max", "message": "too many",
-            "reason": "FieldValueForbidden", "fieldPath": ".replicas"})),
+        v(
+            json!({"rule": "self.replicas <= self.max", "message": "too many",
+            "reason": "FieldValueForbidden", "fieldPath": ".replicas"})
+        ),
         vec![FieldError::forbidden("spec.replicas", "too many")]
     );
     assert_eq!(
-        v(json!({"rule": "self.replicas <= self.max", "message": "m", "reason": "FieldValueRequired"})),
+        v(
+            json!({"rule": "self.replicas <= self.max", "message": "m", "reason": "FieldValueRequired"})
+        ),
         vec![FieldError::required("spec", "m")]
     );
 }
@@ -297,18 +332,37 @@ fn transition_rules_and_correlation() {
     let v = Validator::new(&schema);
     let obj = |name: &str, count: i64, ports: Value| json!({"spec": {"name": name, "count": count, "ports": ports}});
     // create: transition rules do not run, except optionalOldSelf ones (with no value)
-    assert_eq!(v.validate(&obj("a", 1, json!([{"name": "http", "port": 80}])), None), vec![]);
-    let old = obj("a", 5, json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53}]));
+    assert_eq!(
+        v.validate(&obj("a", 1, json!([{"name": "http", "port": 80}])), None),
+        vec![]
+    );
+    let old = obj(
+        "a",
+        5,
+        json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53}]),
+    );
     // reordered map list: correlated by key, so unchanged ports pass
-    let new = obj("a", 6, json!([{"name": "dns", "port": 53}, {"name": "http", "port": 80}]));
+    let new = obj(
+        "a",
+        6,
+        json!([{"name": "dns", "port": 53}, {"name": "http", "port": 80}]),
+    );
     assert_eq!(v.validate(&new, Some(&old)), vec![]);
-    let new = obj("b", 4, json!([{"name": "http", "port": 81}, {"name": "new", "port": 1}]));
+    let new = obj(
+        "b",
+        4,
+        json!([{"name": "http", "port": 81}, {"name": "new", "port": 1}]),
+    );
     assert_eq!(
         v.validate(&new, Some(&old)),
         vec![
             FieldError::invalid("spec.name", "\"string\"".into(), "name is immutable"),
             FieldError::invalid("spec.count", "\"integer\"".into(), "count may not go down"),
-            FieldError::invalid("spec.ports[0].port", "\"integer\"".into(), "port is immutable"),
+            FieldError::invalid(
+                "spec.ports[0].port",
+                "\"integer\"".into(),
+                "port is immutable"
+            ),
         ]
     );
     // ratcheting: an unchanged invalid value passes on update, not on create
@@ -343,38 +397,73 @@ fn crd_with(rule: Value, props: Value) -> Value {
 #[test]
 fn compile_errors_when_the_crd_is_written() {
     let props = json!({"replicas": {"type": "integer"}});
-    let errs = check_crd(&crd_with(json!({"rule": "self.replicas >"}), props.clone()), |_| true);
+    let errs = check_crd(
+        &crd_with(json!({"rule": "self.replicas >"}), props.clone()),
+        |_| true,
+    );
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(
         errs[0].field,
         "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
     );
     assert!(
-        errs[0].value.as_deref().unwrap_or("").starts_with("apiextensions.ValidationRule{Rule:\"self.replicas >\""),
+        errs[0]
+            .value
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("apiextensions.ValidationRule{Rule:\"self.replicas >\""),
         "{errs:?}"
     );
-    assert!(errs[0].detail.starts_with("compilation failed: ERROR: <input>:1:"), "{errs:?}");
-    let errs = check_crd(&crd_with(json!({"rule": "self.replicas2 > 0"}), props.clone()), |_| true);
+    assert!(
+        errs[0]
+            .detail
+            .starts_with("compilation failed: ERROR: <input>:1:"),
+        "{errs:?}"
+    );
+    let errs = check_crd(
+        &crd_with(json!({"rule": "self.replicas2 > 0"}), props.clone()),
+        |_| true,
+    );
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert!(
-        errs[0].detail.starts_with("compilation failed: ERROR: <input>:1:")
+        errs[0]
+            .detail
+            .starts_with("compilation failed: ERROR: <input>:1:")
             && errs[0].detail.contains("undefined field 'replicas2'")
             && errs[0].detail.contains("\n | self.replicas2 > 0\n | "),
         "{errs:?}"
     );
     let errs = check_crd(
-        &crd_with(json!({"rule": "self.replicas > 0", "reason": "Nope", "fieldPath": ".nope",
-            "optionalOldSelf": true}), props.clone()),
+        &crd_with(
+            json!({"rule": "self.replicas > 0", "reason": "Nope", "fieldPath": ".nope",
+            "optionalOldSelf": true}),
+            props.clone(),
+        ),
         |_| true,
     );
-    let fields: Vec<&str> = errs.iter().map(|e| e.field.rsplit('.').next().unwrap_or("")).collect();
-    assert_eq!(fields, vec!["reason", "fieldPath", "optionalOldSelf"], "{errs:?}");
+    let fields: Vec<&str> = errs
+        .iter()
+        .map(|e| e.field.rsplit('.').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        fields,
+        vec!["reason", "fieldPath", "optionalOldSelf"],
+        "{errs:?}"
+    );
     let errs = check_crd(
-        &crd_with(json!({"rule": "self.replicas > 0", "messageExpression": "'a' +"}), props),
+        &crd_with(
+            json!({"rule": "self.replicas > 0", "messageExpression": "'a' +"}),
+            props,
+        ),
         |_| true,
     );
     assert_eq!(errs.len(), 1, "{errs:?}");
-    assert!(errs[0].field.ends_with("messageExpression") && errs[0].detail.starts_with("messageExpression compilation failed: "));
+    assert!(
+        errs[0].field.ends_with("messageExpression")
+            && errs[0]
+                .detail
+                .starts_with("messageExpression compilation failed: ")
+    );
 }
 
 #[test]
@@ -393,7 +482,10 @@ fn cost_limits() {
     let bounded = json!({"items": {"type": "array", "maxItems": 10,
         "items": {"type": "string", "maxLength": 20}}});
     let rule = json!({"rule": "self.items.all(a, self.items.all(b, a.matches(b)))"});
-    assert_eq!(check_crd(&crd_with(rule.clone(), bounded), |_| true), vec![]);
+    assert_eq!(
+        check_crd(&crd_with(rule.clone(), bounded), |_| true),
+        vec![]
+    );
     // at runtime the actual sizes count: 2000 items squared is past the per-call limit
     let v = Validator::new(&schema_with(rule, props));
     let many: Vec<String> = (0..2000).map(|i| format!("item-{i}")).collect();
@@ -407,7 +499,11 @@ fn cost_limits() {
         )]
     );
     let few: Vec<String> = (0..3).map(|i| format!("x{i}")).collect();
-    assert_eq!(v.validate(&json!({"spec": {"items": few}}), None).len(), 1, "x0 does not match x1");
+    assert_eq!(
+        v.validate(&json!({"spec": {"items": few}}), None).len(),
+        1,
+        "x0 does not match x1"
+    );
 }
 
 #[test]
@@ -426,4 +522,49 @@ fn request_budget_spans_rules() {
         errs[0].detail,
         "validation failed due to running out of cost budget, no further validation rules will be run"
     );
+}
+
+#[test]
+fn gateway_listener_rules() {
+    let crds = gateway_crds();
+    let (_, crd) = crds
+        .iter()
+        .find(|(n, _)| n.ends_with("_gateways.yaml"))
+        .expect("gateways");
+    let schema = version_schema(crd, "v1");
+    let v = Validator::new(schema);
+    let validate = |mut obj: Value| {
+        crate::schema::default(schema, &mut obj);
+        assert_eq!(crate::schema::validate(schema, &obj, ""), vec![]);
+        v.validate(&obj, None)
+    };
+    let gw = |listeners: Value| {
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "default"},
+            "spec": {"gatewayClassName": "example", "listeners": listeners}})
+    };
+    assert_eq!(
+        validate(gw(
+            json!([{"name": "http", "protocol": "HTTP", "port": 80}])
+        )),
+        vec![]
+    );
+    let errs = validate(gw(json!([
+        {"name": "a", "protocol": "HTTP", "port": 80, "hostname": "x.example"},
+        {"name": "b", "protocol": "HTTP", "port": 80, "hostname": "x.example"}])));
+    assert_eq!(
+        errs,
+        vec![FieldError::invalid(
+            "spec.listeners",
+            "\"array\"".into(),
+            "Combination of port, protocol and hostname must be unique for each listener"
+        )]
+    );
+}
+
+#[test]
+fn validator_is_shareable() {
+    // custom kinds keep their validator in a process-wide registry
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Validator>();
 }

@@ -14,9 +14,27 @@ use cel::objects::{Key, Map};
 use serde_json::Value;
 
 const RESERVED: [&str; 21] = [
-    "true", "false", "null", "in", "as", "break", "const", "continue", "else", "for",
-    "function", "if", "import", "let", "loop", "package", "namespace", "return", "var",
-    "void", "while",
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
 ];
 
 /// The CEL name of a declared property, or `None` when it cannot be escaped (then a rule
@@ -113,7 +131,10 @@ pub fn to_cel(schema: &Value, value: &Value, root: bool) -> Cel {
         Value::Array(items) => {
             let item_schema = schema.get("items").unwrap_or(&Value::Null);
             Cel::List(Arc::new(
-                items.iter().map(|i| to_cel(item_schema, i, false)).collect(),
+                items
+                    .iter()
+                    .map(|i| to_cel(item_schema, i, false))
+                    .collect(),
             ))
         }
         Value::Object(obj) => {
@@ -192,7 +213,9 @@ mod tests {
         assert_eq!(get("i"), Some(Cel::Int(2)));
         assert_eq!(get("b"), Some(Cel::Bytes(Arc::new(b"hi".to_vec()))));
         assert_eq!(get("x__dash__y"), Some(Cel::from("z")));
-        let Some(Cel::Map(inner)) = get("m") else { panic!("m") };
+        let Some(Cel::Map(inner)) = get("m") else {
+            panic!("m")
+        };
         assert!(inner.map.contains_key(&Key::String(Arc::new("a-b".into()))));
     }
 }
