@@ -22,6 +22,9 @@ use cel::{Context, Env, ExecutionError, FunctionContext, Value};
 
 type R = Result<Value, ExecutionError>;
 
+/// A function of a [`Context`]: its receiver and arguments are in the [`FunctionContext`].
+type ContextFn = fn(&FunctionContext) -> R;
+
 /// The shared environment (built once).
 pub fn env() -> Arc<Env> {
     static ENV: OnceLock<Arc<Env>> = OnceLock::new();
@@ -57,7 +60,7 @@ pub fn env() -> Arc<Env> {
 
 /// The functions a [`Context`] adds on top of [`env`].
 pub fn register(ctx: &mut Context<'_, '_>) {
-    let fns: [(&str, fn(&FunctionContext) -> R); 38] = [
+    let fns: [(&str, ContextFn); 38] = [
         ("isSorted", is_sorted),
         ("sum", sum),
         ("min", min),
@@ -100,9 +103,9 @@ pub fn register(ctx: &mut Context<'_, '_>) {
     for (name, f) in fns {
         let _ = ctx.add_function(name, f);
     }
-    let _ = ctx.add_function("add", q_add as fn(&FunctionContext) -> R);
-    let _ = ctx.add_function("sub", q_sub as fn(&FunctionContext) -> R);
-    let _ = ctx.add_function("validate", format_validate as fn(&FunctionContext) -> R);
+    let _ = ctx.add_function("add", q_add as ContextFn);
+    let _ = ctx.add_function("sub", q_sub as ContextFn);
+    let _ = ctx.add_function("validate", format_validate as ContextFn);
 }
 
 // ---- argument helpers ----
@@ -453,10 +456,10 @@ fn get_host(ftx: &FunctionContext) -> R {
 }
 
 fn split_host(host: &str) -> (String, String) {
-    if let Some(rest) = host.strip_prefix('[') {
-        if let Some((h, p)) = rest.split_once(']') {
-            return (h.to_string(), p.strip_prefix(':').unwrap_or("").to_string());
-        }
+    if let Some(rest) = host.strip_prefix('[')
+        && let Some((h, p)) = rest.split_once(']')
+    {
+        return (h.to_string(), p.strip_prefix(':').unwrap_or("").to_string());
     }
     match host.rsplit_once(':') {
         Some((h, p)) => (h.to_string(), p.to_string()),
