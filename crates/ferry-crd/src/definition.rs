@@ -306,6 +306,7 @@ fn validate_versions(crd: &Value, errs: &mut Vec<FieldError>) {
         ));
     }
     let mut seen = BTreeSet::new();
+    let mut structural_ok = BTreeSet::new();
     for (i, v) in versions.iter().enumerate() {
         let p = index("spec.versions", i);
         let name = s(v, "/name");
@@ -317,10 +318,13 @@ fn validate_versions(crd: &Value, errs: &mut Vec<FieldError>) {
             ));
         }
         match v.pointer("/schema/openAPIV3Schema") {
-            Some(schema) => errs.extend(structural::check(
-                schema,
-                &format!("{p}.schema.openAPIV3Schema"),
-            )),
+            Some(schema) => {
+                let found = structural::check(schema, &format!("{p}.schema.openAPIV3Schema"));
+                if found.is_empty() {
+                    structural_ok.insert(i);
+                }
+                errs.extend(found);
+            }
             None => errs.push(FieldError::required(
                 &format!("{p}.schema.openAPIV3Schema"),
                 "schemas are required",
@@ -400,6 +404,10 @@ fn validate_versions(crd: &Value, errs: &mut Vec<FieldError>) {
             }
         }
     }
+    // x-kubernetes-validations: compiled (and their cost estimated) on structural schemas
+    errs.extend(crate::validations::check_crd(crd, |i| {
+        structural_ok.contains(&i)
+    }));
 }
 
 /// One printer column of a version.

@@ -6,6 +6,8 @@
 //! * [`structural`]: the rules a schema must follow to be structural.
 //! * [`definition`]: validation and defaulting of the CRD itself, the accepted names and the
 //!   `NamesAccepted` / `Established` conditions.
+//! * [`validations`]: CEL `x-kubernetes-validations` rules: checked when a CRD is written,
+//!   enforced on custom objects.
 //! * [`jsonpath`]: the simple JSONPath of `additionalPrinterColumns` and the scale subresource.
 //!
 //! No IO: the API server feeds these functions and stores their output.
@@ -14,6 +16,7 @@ pub mod definition;
 pub mod jsonpath;
 pub mod schema;
 pub mod structural;
+pub mod validations;
 
 /// What is wrong with a field (upstream `field.ErrorType`; mirrored by `ferry_api::errors`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -28,6 +28,8 @@ pub struct CustomKind {
     pub storage_version: String,
     columns: Vec<Column>,
     has_defaults: bool,
+    /// The version schema's `x-kubernetes-validations`, compiled once.
+    rules: ferry_crd::validations::Validator,
 }
 
 fn leak(s: &str) -> &'static str {
@@ -100,7 +102,38 @@ impl CustomKind {
                 .unwrap_or_default(),
             columns,
             has_defaults: schema_has_defaults(&version.schema),
+            rules: ferry_crd::validations::Validator::new(&version.schema),
         }
+    }
+
+    /// The structural schema's checks, then its CEL rules unless a value has the wrong type
+    /// (as upstream: the rules are not run on a mistyped object).
+    fn validate_schema(&self, value: &Value, old: Option<&Value>) -> ErrorList {
+        let schema_errs = ferry_crd::schema::validate(&self.version.schema, value, "");
+        let blocking = schema_errs
+            .iter()
+            .any(|e| e.detail.contains(" in body must be of type "));
+        let mut errs: ErrorList = schema_errs
+            .into_iter()
+            .map(crate::custom::crd::convert)
+            .collect();
+        if self.rules.has_rules() {
+            if blocking {
+                errs.push(crate::errors::FieldError::invalid(
+                    "<nil>",
+                    "\"null\"",
+                    "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+                ));
+            } else {
+                errs.extend(
+                    self.rules
+                        .validate(value, old)
+                        .into_iter()
+                        .map(crate::custom::crd::convert),
+                );
+            }
+        }
+        errs
     }
 
     /// One row cell of a printer column, as upstream's table convertor renders it.
@@ -212,19 +245,12 @@ impl Strategy for CustomKind {
             ),
             Some(o) => crate::validation::validate_object_meta_update(&meta(value), &meta(o), &mp),
         };
-        errs.extend(
-            ferry_crd::schema::validate(&self.version.schema, value, "")
-                .into_iter()
-                .map(crate::custom::crd::convert),
-        );
+        errs.extend(self.validate_schema(value, old));
         errs
     }
 
-    fn validate_status(&self, value: &Value, _old: &Value) -> ErrorList {
-        ferry_crd::schema::validate(&self.version.schema, value, "")
-            .into_iter()
-            .map(crate::custom::crd::convert)
-            .collect()
+    fn validate_status(&self, value: &Value, old: &Value) -> ErrorList {
+        self.validate_schema(value, Some(old))
     }
 
     fn columns(&self) -> Vec<Column> {
