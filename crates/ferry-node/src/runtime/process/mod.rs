@@ -128,11 +128,8 @@ impl ProcessRuntime {
     ) -> Result<tokio::process::Command, RuntimeError> {
         let p = self.proc(id)?;
         let netns = self.record(&p.sandbox)?.sandbox.netns.is_some();
-        let pid = if self.cfg.isolate || netns {
-            Some(self.pid_of(id)?)
-        } else {
-            None
-        };
+        // Only in a running container (as CRI), whether or not its namespaces are entered.
+        let pid = Some(self.pid_of(id)?);
         let env = env.unwrap_or(&p.spec.env);
         let wd = working_dir.or(p.spec.working_dir.as_deref());
         nsenter_command(pid, self.cfg.isolate, netns, env, wd, cmd)
@@ -188,7 +185,7 @@ fn check_image_name(image: &str) -> Result<(), String> {
     if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("invalid reference format".into());
     }
-    let repo = image.split(['@']).next().unwrap_or(image);
+    let repo = image.split('@').next().unwrap_or(image);
     let repo = match repo.rsplit_once(':') {
         Some((r, tag)) if !tag.contains('/') => r,
         _ => repo,
@@ -319,11 +316,11 @@ impl PodRuntime for ProcessRuntime {
                     .find(|r| &r.sandbox.id == id)
                     .map(|r| r.sandbox.log_directory),
             };
-            if let Some(d) = dir {
-                match std::fs::remove_file(d.join(RECORD)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
-                }
+            if let Some(d) = dir
+                && let Err(e) = std::fs::remove_file(d.join(RECORD))
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(e.into());
             }
             Ok(())
         })
@@ -440,7 +437,7 @@ impl PodRuntime for ProcessRuntime {
                 tokio::fs::create_dir_all(dir).await?;
             }
             let (mut child, io) = spawn::spawn(&p.argv, &p.spec).map_err(|e| {
-                let _ = p.exited.send(Some(Exited {
+                let _ = p.exited.send_replace(Some(Exited {
                     exit_code: 128,
                     signal: None,
                     oom_killed: false,
@@ -475,7 +472,7 @@ impl PodRuntime for ProcessRuntime {
                 if let Some(m) = marker {
                     let _ = std::fs::remove_file(m);
                 }
-                let _ = p2.exited.send(Some(Exited {
+                let _ = p2.exited.send_replace(Some(Exited {
                     exit_code,
                     signal,
                     oom_killed: false,

@@ -122,8 +122,15 @@ pub fn nsenter_command(
     let (first, rest) = cmd.split_first()?;
     let mut c = match pid.filter(|_| isolated || netns) {
         Some(pid) => {
+            // An isolated container's process is `unshare`'s only child (which may have
+            // chrooted into a new root, see `mounts`): enter that one.
+            let target = if isolated {
+                only_child(pid).unwrap_or(pid)
+            } else {
+                pid
+            };
             let mut c = tokio::process::Command::new("nsenter");
-            c.arg("-t").arg(pid.to_string());
+            c.arg("-t").arg(target.to_string());
             if isolated {
                 // The container's root too: a pod whose mount points needed a new root
                 // (see `mounts`) runs chrooted.
@@ -147,6 +154,16 @@ pub fn nsenter_command(
         c.current_dir(wd);
     }
     Some(c)
+}
+
+/// The first child of process `pid`, if it has one.
+fn only_child(pid: u32) -> Option<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Sends a signal to the process group `pid` leads (`kill(2)` with `-pid`). Errors (the group
