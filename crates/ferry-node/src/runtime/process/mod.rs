@@ -178,12 +178,12 @@ fn read_records(root: &Path) -> Vec<SandboxRecord> {
 
 /// Accepts what a container image reference may look like (kubelet's parse, loosely): no
 /// blanks, no upper case in the repository part, not empty.
-fn check_image_name(image: &str) -> Result<(), String> {
+fn check_image_name(image: &str) -> Result<(), &'static str> {
     if image.is_empty() {
-        return Err("invalid reference format".into());
+        return Err("invalid reference format");
     }
     if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("invalid reference format".into());
+        return Err("invalid reference format");
     }
     let repo = image.split('@').next().unwrap_or(image);
     let repo = match repo.rsplit_once(':') {
@@ -191,7 +191,7 @@ fn check_image_name(image: &str) -> Result<(), String> {
         _ => repo,
     };
     if repo.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err("invalid reference format: repository name must be lowercase".into());
+        return Err("invalid reference format: repository name must be lowercase");
     }
     Ok(())
 }
@@ -333,7 +333,7 @@ impl PodRuntime for ProcessRuntime {
         Box::pin(async move {
             check_image_name(&req.image).map_err(|message| PullError::InvalidImageName {
                 image: req.image.clone(),
-                message,
+                message: message.to_string(),
             })?;
             // Every image is "present": built-in ones are served by the agent, others run
             // their command with the host's tools.
