@@ -346,11 +346,22 @@ pub async fn start(
         Arc::new(network::Loopback::new(pod_cidr)?)
     };
     let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let network_name = network.name();
+    let pods_runtime = Arc::new(runtime::process::ProcessRuntime::new(
+        runtime::process::ProcessConfig {
+            network,
+            node_ips: node_ips.clone(),
+            node_netns: args.node_netns.clone().filter(|_| netns_mode),
+            isolate,
+            builtin,
+            sandbox_root: args.state_dir.join("pods"),
+        },
+    ));
     let rt = Arc::new(runtime::Runtime {
         client: client.clone(),
         node_name: node_name.clone(),
         node_ips: node_ips.clone(),
-        network,
+        pods_runtime,
         cluster_dns: dns::ClusterDns {
             servers: args.cluster_dns.clone(),
             domain: args.cluster_domain.clone(),
@@ -359,7 +370,6 @@ pub async fn start(
         state_dir: args.state_dir.clone(),
         isolate,
         node_netns: args.node_netns.clone().filter(|_| netns_mode),
-        builtin,
         backoff: podstate::Backoff {
             base: Duration::from_secs(args.restart_backoff_seconds.max(1)),
             ..Default::default()
@@ -384,7 +394,7 @@ pub async fn start(
     ));
     tracing::info!(
         "agent {node_name}: endpoint {endpoint}, pod network {}, pod CIDR {pod_cidr}, isolation {}",
-        rt.network.name(),
+        network_name,
         if isolate {
             "mount+uts namespaces"
         } else {
@@ -447,13 +457,7 @@ pub async fn start(
             }
         }
         // Shutdown: processes go with the agent; pods stay bound (as when kubelet stops).
-        rt2.kill_all();
-        for _ in 0..50 {
-            if rt2.pods.lock().map(|m| m.is_empty()).unwrap_or(true) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        rt2.kill_all(Duration::from_secs(1)).await;
     });
     Ok((
         Agent {

@@ -113,13 +113,14 @@ pub struct Condition {
 }
 
 /// `PodReadyToStartContainers`, `Initialized`, `ContainersReady`, `Ready` as kubelet computes
-/// them (`PodScheduled` is the scheduler's and kept as is).
+/// them (`PodScheduled` is the scheduler's and kept as is). A pod being deleted stays Ready while
+/// its containers run and pass readiness (kubelet keeps probing during graceful termination),
+/// so its endpoints are `serving` and `terminating` until it stops.
 pub fn conditions(
     containers: &[Container],
     phase: &str,
     sandbox_ready: bool,
     init_done: bool,
-    terminating: bool,
 ) -> Vec<Condition> {
     let mut out = vec![Condition {
         type_: "PodReadyToStartContainers",
@@ -140,7 +141,7 @@ pub fn conditions(
         .collect();
     let (status, reason, message) = if matches!(phase, "Succeeded" | "Failed") {
         (false, Some("PodCompleted".to_string()), None)
-    } else if unready.is_empty() && !terminating {
+    } else if unready.is_empty() {
         (true, None, None)
     } else {
         (
@@ -354,11 +355,11 @@ mod tests {
     #[test]
     fn condition_table() {
         let ready = vec![c(running(), false, true)];
-        let conds = conditions(&ready, "Running", true, true, false);
+        let conds = conditions(&ready, "Running", true, true);
         let ready_c = conds.iter().find(|c| c.type_ == "Ready").expect("Ready");
         assert!(ready_c.status);
         let unready = vec![c(running(), false, false)];
-        let conds = conditions(&unready, "Running", true, true, false);
+        let conds = conditions(&unready, "Running", true, true);
         let r = conds
             .iter()
             .find(|c| c.type_ == "ContainersReady")
@@ -368,15 +369,16 @@ mod tests {
             r.message.as_deref(),
             Some("containers with unready status: [c]")
         );
-        let conds = conditions(&ready, "Running", true, true, true);
+        // Terminating makes no difference (kubelet): still Ready while running and ready.
+        let conds = conditions(&ready, "Running", true, true);
         assert!(
-            !conds
+            conds
                 .iter()
                 .find(|c| c.type_ == "Ready")
                 .expect("Ready")
                 .status
         );
-        let conds = conditions(&ready, "Succeeded", true, true, false);
+        let conds = conditions(&ready, "Succeeded", true, true);
         let r = conds.iter().find(|c| c.type_ == "Ready").expect("Ready");
         assert_eq!(r.reason.as_deref(), Some("PodCompleted"));
         assert!(!conds[0].status);

@@ -4,23 +4,26 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
-use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::dns::{self, ClusterDns};
 use crate::envvars::{self, EnvSource, PodFacts};
-use crate::images::{self, Launch};
-use crate::network::PodNetwork;
 use crate::podstate::{self, Backoff, ProbeResult, ProbeTracker, State, Terminated};
+
+pub mod conformance;
+mod hooks;
+pub mod process;
+pub mod seam;
+pub use process::reap_stale;
+use seam::{ContainerId, PodRuntime, Sandbox};
 
 mod env;
 use env::*;
@@ -29,8 +32,8 @@ use worker::*;
 mod status;
 use status::*;
 mod container;
+pub use container::exec_command;
 use container::*;
-pub use container::{exec_command, reap_stale};
 mod volume_sync;
 use volume_sync::*;
 mod probes;
@@ -41,16 +44,15 @@ pub struct Runtime {
     pub client: kube::Client,
     pub node_name: String,
     pub node_ips: Vec<IpAddr>,
-    pub network: Arc<dyn PodNetwork>,
+    /// The container runtime under the seam: everything below is mechanics.
+    pub pods_runtime: Arc<dyn PodRuntime>,
     pub cluster_dns: ClusterDns,
     pub state_dir: PathBuf,
-    /// Give each pod its own mount + UTS namespace (root and `unshare` available).
+    /// Pods run in their own mount + UTS namespace (the process runtime's isolation).
     pub isolate: bool,
-    /// The node's network namespace (netns mode under `ferry up`): where hostNetwork pods run
-    /// and probes connect from. `None`: the agent's own.
+    /// The node's network namespace (netns mode under `ferry up`): where probes and HTTP
+    /// hooks connect from. `None`: the agent's own.
     pub node_netns: Option<PathBuf>,
-    /// argv prefix of the built-in image program.
-    pub builtin: Vec<String>,
     pub backoff: Backoff,
     pub pods: Mutex<HashMap<String, PodHandle>>,
     /// Set on agent shutdown: processes stop but pod objects stay (as when kubelet stops).
@@ -60,6 +62,8 @@ pub struct Runtime {
 /// What the agent's HTTP endpoint needs about a running container.
 #[derive(Debug, Clone, Default)]
 pub struct ContainerInfo {
+    /// The runtime's id of the container's current run.
+    pub id: Option<ContainerId>,
     pub pid: Option<u32>,
     pub log_dir: PathBuf,
     pub restart_count: i32,
@@ -178,21 +182,31 @@ impl Runtime {
             .map(|h| h.shared.clone())
     }
 
-    /// Stops every pod's processes (agent shutdown): SIGKILL without touching the API.
-    pub fn kill_all(&self) {
+    /// Stops every pod's containers (agent shutdown): killed at once (no preStop, no grace)
+    /// without touching the API. Pods whose workers have not finished after `wait` have their
+    /// sandboxes stopped directly (whatever still runs in them is killed).
+    pub async fn kill_all(&self, wait: Duration) {
         self.shutting_down
             .store(true, std::sync::atomic::Ordering::SeqCst);
         if let Ok(pods) = self.pods.lock() {
             for h in pods.values() {
-                if let Ok(c) = h.shared.containers.lock() {
-                    for info in c.values() {
-                        if let Some(pid) = info.pid {
-                            signal_group(pid, Signal::KILL);
-                        }
-                    }
-                }
                 h.gone.cancel();
             }
+        }
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if self.pods.lock().map(|m| m.is_empty()).unwrap_or(true) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left: Vec<String> = self
+            .pods
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for uid in left {
+            let _ = self.pods_runtime.stop_sandbox(&seam::SandboxId(uid)).await;
         }
     }
 
@@ -208,14 +222,6 @@ impl Runtime {
             let name = pod.metadata.name.as_deref().unwrap_or_default();
             crate::node::log_api_error(&format!("event {reason} for {ns}/{name}"), &e);
         }
-    }
-}
-
-/// Sends a signal to the process group `pid` leads (`kill(2)` with `-pid`). Errors (the group
-/// is gone) are ignored: the caller waits for the exit either way.
-pub fn signal_group(pid: u32, sig: Signal) {
-    if let Some(pgid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
-        let _ = rustix::process::kill_process_group(pgid, sig);
     }
 }
 
@@ -263,8 +269,7 @@ struct Ctx {
     pod: Pod,
     ip: IpAddr,
     pod_ips: Vec<String>,
-    /// Command prefix entering the pod's network namespace (empty: the agent's).
-    enter: Vec<String>,
+    sandbox: Sandbox,
     hostname: String,
     dirs: Arc<PodDirs>,
     shared: Arc<PodShared>,

@@ -236,23 +236,18 @@ pub(super) async fn run_probe(
             .ok()
             .and_then(|m| m.get(&c.name).cloned())
             .unwrap_or_default();
-        let Ok(mut command) = exec_command(&ctx.shared, &info, &cmd) else {
-            return fail("cannot build exec command".into());
+        let Some(id) = info.id else {
+            return fail(format!("container {:?} is not running", c.name));
         };
-        command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        return match tokio::time::timeout(timeout, command.output()).await {
-            Ok(Ok(o)) if o.status.success() => (ProbeResult::Success, String::new()),
-            Ok(Ok(o)) => fail(format!(
+        return match ctx.rt.pods_runtime.exec_sync(&id, &cmd, timeout).await {
+            Ok(o) if o.exit_code == 0 => (ProbeResult::Success, String::new()),
+            Ok(o) => fail(format!(
                 "command {cmd:?} exited with {}: {}",
-                o.status.code().unwrap_or(-1),
+                o.exit_code,
                 String::from_utf8_lossy(&o.stdout)
             )),
-            Ok(Err(e)) => fail(format!("exec: {e}")),
-            Err(_) => fail(format!("command {cmd:?} timed out")),
+            Err(seam::RuntimeError::ExecTimeout(_)) => fail(format!("command {cmd:?} timed out")),
+            Err(e) => fail(format!("exec: {e}")),
         };
     }
     // gRPC probes are not implemented: reported as success.

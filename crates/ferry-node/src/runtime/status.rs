@@ -128,7 +128,7 @@ impl StatusBook {
         }
     }
 
-    pub(super) fn render(&mut self, terminating: bool, final_: bool) -> Value {
+    pub(super) fn render(&mut self, final_: bool) -> Value {
         let phase = if self.init_failed {
             if self.policy == "Never" {
                 "Failed"
@@ -151,13 +151,8 @@ impl StatusBook {
         } else {
             podstate::phase(&self.containers, &self.policy, self.init_done)
         };
-        let conds = podstate::conditions(
-            &self.containers,
-            phase,
-            self.sandbox_ready,
-            self.init_done,
-            terminating,
-        );
+        let conds =
+            podstate::conditions(&self.containers, phase, self.sandbox_ready, self.init_done);
         let ts = now();
         let mut conditions: Vec<Value> = Vec::new();
         for c in conds {
@@ -248,14 +243,8 @@ impl StatusBook {
         status
     }
 
-    pub(super) async fn push(
-        &mut self,
-        pods: &Api<Pod>,
-        name: &str,
-        terminating: bool,
-        final_: bool,
-    ) {
-        let status = self.render(terminating, final_);
+    pub(super) async fn push(&mut self, pods: &Api<Pod>, name: &str, final_: bool) {
+        let status = self.render(final_);
         if self.last_sent.as_ref() == Some(&status) {
             return;
         }
@@ -316,7 +305,7 @@ mod status_tests {
         }))
         .expect("pod");
         let mut book = StatusBook::new(&pod, &[]);
-        let s = book.render(false, false);
+        let s = book.render(false);
         assert_eq!(
             s["initContainerStatuses"][0]["state"]["waiting"]["reason"],
             "PodInitializing"
@@ -327,7 +316,7 @@ mod status_tests {
                 started_at: "t".into(),
             },
         );
-        let s = book.render(false, false);
+        let s = book.render(false);
         assert_eq!(
             s["initContainerStatuses"][0]["state"]["running"]["startedAt"],
             "t"

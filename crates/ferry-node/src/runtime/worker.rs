@@ -46,7 +46,7 @@ pub(super) async fn pod_worker(
                     0,
                 );
             }
-            status.push(&pods, &name, false, false).await;
+            status.push(&pods, &name, false).await;
             wait_deletion(&mut rx, &gone).await;
             finish(&rt, &pods, &name, &uid, &dirs).await;
             return Ok(());
@@ -64,78 +64,66 @@ pub(super) async fn pod_worker(
         .and_then(|s| s.pod_ip.as_deref())
         .and_then(|s| s.parse().ok());
     let host_network = spec.host_network.unwrap_or(false);
-    let (addrs, enter) = if host_network {
-        // The node's network: its addresses, and (netns mode) its namespace.
-        let enter = match &rt.node_netns {
-            Some(p) => vec![
-                "nsenter".to_string(),
-                format!("--net={}", p.display()),
-                "--".to_string(),
-            ],
-            None => Vec::new(),
-        };
-        (
-            crate::network::PodAddresses {
-                ips: rt.node_ips.clone(),
-            },
-            enter,
-        )
-    } else {
-        let podref = crate::network::PodRef {
-            uid: uid.clone(),
-            namespace: ns.clone(),
-            name: name.clone(),
-            port_mappings: port_mappings(&spec),
-        };
-        let mut attempt: u32 = 0;
-        let addrs = loop {
-            let net = rt.network.clone();
-            let pr = podref.clone();
-            let r = tokio::task::spawn_blocking(move || net.setup(&pr, wanted))
-                .await
-                .unwrap_or_else(|e| Err(crate::network::NetworkError::Task(e.to_string())));
-            match r {
-                Ok(a) => break a,
-                Err(e) => {
-                    // As kubelet: the sandbox is retried with back-off, each failure an Event;
-                    // the pod stays Pending (ContainerCreating) meanwhile.
-                    rt.event(
-                        &pod,
-                        "Warning",
-                        "FailedCreatePodSandBox",
-                        &format!("Failed to create pod sandbox: {e}"),
-                    )
-                    .await;
-                    if attempt == 0 {
-                        status.push(&pods, &name, false, false).await;
-                    }
-                    let delay = Duration::from_secs((1u64 << attempt.min(5)).min(30));
-                    attempt += 1;
-                    let deleted = tokio::select! {
-                        _ = tokio::time::sleep(delay) => false,
-                        _ = gone.cancelled() => true,
-                        r = rx.changed() => r.is_err() || rx.borrow_and_update().metadata.deletion_timestamp.is_some(),
-                    };
-                    if deleted {
-                        wait_deletion(&mut rx, &gone).await;
-                        finish(&rt, &pods, &name, &uid, &dirs).await;
-                        return Ok(());
-                    }
+    let sandbox_spec = seam::SandboxSpec {
+        uid: uid.clone(),
+        namespace: ns.clone(),
+        name: name.clone(),
+        hostname: hostname.clone(),
+        host_network,
+        port_mappings: port_mappings(&spec),
+        resolv_conf: dirs.resolv(),
+        hosts_file: dirs.hosts(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        log_directory: dirs.root.clone(),
+        preferred_ip: wanted,
+    };
+    let mut attempt: u32 = 0;
+    let sandbox = loop {
+        match rt.pods_runtime.run_sandbox(&sandbox_spec).await {
+            Ok(sb) => break sb,
+            Err(e) => {
+                // As kubelet: the sandbox is retried with back-off, each failure an Event; the
+                // pod stays Pending (ContainerCreating) meanwhile.
+                rt.event(
+                    &pod,
+                    "Warning",
+                    "FailedCreatePodSandBox",
+                    &format!("Failed to create pod sandbox: {e}"),
+                )
+                .await;
+                if attempt == 0 {
+                    status.push(&pods, &name, false).await;
+                }
+                let delay = Duration::from_secs((1u64 << attempt.min(5)).min(30));
+                attempt += 1;
+                let deleted = tokio::select! {
+                    _ = tokio::time::sleep(delay) => false,
+                    _ = gone.cancelled() => true,
+                    r = rx.changed() => r.is_err() || rx.borrow_and_update().metadata.deletion_timestamp.is_some(),
+                };
+                if deleted {
+                    wait_deletion(&mut rx, &gone).await;
+                    finish(&rt, &pods, &name, &uid, &dirs).await;
+                    return Ok(());
                 }
             }
-        };
-        let enter = rt.network.enter_prefix(&uid);
-        (addrs, enter)
+        }
+    };
+    // A hostNetwork pod has the node's addresses.
+    let pod_addrs: Vec<IpAddr> = if host_network {
+        rt.node_ips.clone()
+    } else {
+        sandbox.ips.clone()
     };
     shared
         .netns
-        .store(!enter.is_empty(), std::sync::atomic::Ordering::SeqCst);
-    let ip = addrs
-        .ips
+        .store(sandbox.netns.is_some(), std::sync::atomic::Ordering::SeqCst);
+    let ip = pod_addrs
         .first()
         .copied()
         .unwrap_or(IpAddr::from([127, 0, 0, 1]));
-    status.pod_ips = addrs.ips.iter().map(|i| i.to_string()).collect();
+    status.pod_ips = pod_addrs.iter().map(|i| i.to_string()).collect();
     let outcome = dns::resolv_conf(&pod, &rt.cluster_dns);
     for w in &outcome.warnings {
         rt.event(&pod, "Warning", "DNSConfigForming", w).await;
@@ -165,7 +153,7 @@ pub(super) async fn pod_worker(
                     rt.event(&pod, "Warning", "FailedMount", &msg.to_string())
                         .await;
                     if attempt == 0 {
-                        status.push(&pods, &name, false, false).await;
+                        status.push(&pods, &name, false).await;
                     }
                     let delay = Duration::from_secs((1u64 << attempt.min(4)).min(16));
                     attempt += 1;
@@ -208,7 +196,7 @@ pub(super) async fn pod_worker(
         pod: pod.clone(),
         ip,
         pod_ips: status.pod_ips.clone(),
-        enter,
+        sandbox,
         hostname,
         dirs: dirs.clone(),
         shared: shared.clone(),
@@ -224,7 +212,7 @@ pub(super) async fn pod_worker(
             0,
         );
     }
-    status.push(&pods, &name, false, false).await;
+    status.push(&pods, &name, false).await;
 
     // Init containers, in order, each to completion.
     let stop = CancellationToken::new();
@@ -238,7 +226,7 @@ pub(super) async fn pod_worker(
                 started_at: started_at.clone(),
             },
         );
-        status.push(&pods, &name, false, false).await;
+        status.push(&pods, &name, false).await;
         let code = run_once(&ctx, &c, &stop, &mut rx, &gone).await;
         let exit = code.unwrap_or(128 + 9);
         status.set_init(
@@ -253,7 +241,7 @@ pub(super) async fn pod_worker(
             }),
         );
         if code == Some(0) {
-            status.push(&pods, &name, false, false).await;
+            status.push(&pods, &name, false).await;
         }
         if code != Some(0) {
             init_ok = false;
@@ -263,14 +251,14 @@ pub(super) async fn pod_worker(
     if !init_ok {
         if policy == "Never" || stop.is_cancelled() || gone.is_cancelled() {
             status.init_failed = true;
-            status.push(&pods, &name, false, false).await;
+            status.push(&pods, &name, false).await;
             wait_deletion(&mut rx, &gone).await;
             finish(&rt, &pods, &name, &uid, &dirs).await;
             return Ok(());
         }
         // Simplification: a failed init container under Always/OnFailure is not retried.
         status.init_failed = true;
-        status.push(&pods, &name, false, false).await;
+        status.push(&pods, &name, false).await;
         wait_deletion(&mut rx, &gone).await;
         finish(&rt, &pods, &name, &uid, &dirs).await;
         return Ok(());
@@ -306,7 +294,7 @@ pub(super) async fn pod_worker(
     let mut updates_open = true;
     loop {
         if dirty && !gone.is_cancelled() {
-            status.push(&pods, &name, terminating, false).await;
+            status.push(&pods, &name, false).await;
             dirty = false;
         }
         tokio::select! {
@@ -337,7 +325,7 @@ pub(super) async fn pod_worker(
                     // Every container finished for good (restartPolicy): final status,
                     // then wait for the deletion.
                     while let Ok(u) = urx.try_recv() { status.apply(u); }
-                    status.push(&pods, &name, terminating, false).await;
+                    status.push(&pods, &name, false).await;
                     if gone.is_cancelled() { break; }
                     wait_deletion(&mut rx, &gone).await;
                     break;
@@ -350,7 +338,7 @@ pub(super) async fn pod_worker(
         status.apply(u);
     }
     if !gone.is_cancelled() {
-        status.push(&pods, &name, true, true).await;
+        status.push(&pods, &name, true).await;
     }
     finish(&rt, &pods, &name, &uid, &dirs).await;
     Ok(())
@@ -404,13 +392,15 @@ pub(super) async fn finish(
     uid: &str,
     dirs: &PodDirs,
 ) {
-    let teardown = |rt: &Arc<Runtime>| {
-        let net = rt.network.clone();
-        let uid = uid.to_string();
-        tokio::task::spawn_blocking(move || net.teardown(&uid))
+    let id = seam::SandboxId(uid.to_string());
+    let stop_sandbox = || async {
+        if let Err(e) = rt.pods_runtime.stop_sandbox(&id).await {
+            tracing::warn!("stopping sandbox of pod {name}: {e}");
+        }
     };
     if rt.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
-        let _ = teardown(rt).await;
+        // The sandbox's record stays: the next agent finds it (`list_sandboxes`).
+        stop_sandbox().await;
         return;
     }
     let dp = DeleteParams {
@@ -426,26 +416,26 @@ pub(super) async fn finish(
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
         Err(e) => tracing::warn!("deleting pod {name}: {e}"),
     }
-    let _ = teardown(rt).await;
+    stop_sandbox().await;
+    if let Err(e) = rt.pods_runtime.remove_sandbox(&id).await {
+        tracing::warn!("removing sandbox of pod {name}: {e}");
+    }
     let _ = tokio::fs::remove_dir_all(&dirs.root).await;
 }
 
 /// The `hostPort` mappings of a pod's containers (CNI `portMappings`).
-pub(super) fn port_mappings(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<Value> {
+pub(super) fn port_mappings(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<seam::PortMapping> {
     spec.containers
         .iter()
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let host = p.host_port.filter(|h| *h > 0)?;
-            let mut m = json!({
-                "hostPort": host,
-                "containerPort": p.container_port,
-                "protocol": p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
-            });
-            if let Some(ip) = p.host_ip.as_deref().filter(|i| !i.is_empty()) {
-                m["hostIP"] = json!(ip);
-            }
-            Some(m)
+            Some(seam::PortMapping {
+                host_port: u16::try_from(host).ok()?,
+                container_port: u16::try_from(p.container_port).ok()?,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                host_ip: p.host_ip.clone().filter(|i| !i.is_empty()),
+            })
         })
         .collect()
 }
