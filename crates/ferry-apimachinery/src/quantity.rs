@@ -5,7 +5,9 @@ use thiserror::Error;
 
 /// Upstream's parse error text.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+#[error(
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)]
 pub struct QuantityError;
 
 /// A parsed quantity in thousandths of its unit (bytes for storage), rounded up as upstream
@@ -133,6 +135,9 @@ mod tests {
         for bad in ["", "Gi", "1Gb", "1..2", "abc", "1 Gi"] {
             assert_eq!(parse(bad), Err(QuantityError), "{bad}");
         }
-        assert!(parse("2Gi").unwrap_or(Quantity { milli: 0 }) > parse("2G").unwrap_or(Quantity { milli: 0 }));
+        assert!(
+            parse("2Gi").unwrap_or(Quantity { milli: 0 })
+                > parse("2G").unwrap_or(Quantity { milli: 0 })
+        );
     }
 }

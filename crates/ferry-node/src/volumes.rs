@@ -723,8 +723,7 @@ pub async fn set_up_claim(
         name: n.to_string(),
         message: e.to_string(),
     };
-    let claims: kube::Api<PersistentVolumeClaim> =
-        kube::Api::namespaced(client.clone(), namespace);
+    let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
     let claim = claims
         .get_opt(name)
         .await
@@ -813,6 +812,9 @@ mod claim_tests {
             err(claim_host_path("ns", "data", Some(&bound), None)),
             "persistentvolume \"pv1\" not found"
         );
-        assert!(err(claim_host_path("ns", "data", Some(&bound), Some(&nfs))).contains("only hostPath and local"));
+        assert!(
+            err(claim_host_path("ns", "data", Some(&bound), Some(&nfs)))
+                .contains("only hostPath and local")
+        );
     }
 }

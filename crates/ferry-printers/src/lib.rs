@@ -1029,8 +1029,14 @@ pub fn persistent_volume_at(obj: &core::PersistentVolume, now: Timestamp) -> Vec
     vec![
         name(&obj.metadata),
         text(capacity),
-        text(access_modes(spec.access_modes.as_deref().unwrap_or_default())),
-        text(spec.persistent_volume_reclaim_policy.clone().unwrap_or_default()),
+        text(access_modes(
+            spec.access_modes.as_deref().unwrap_or_default(),
+        )),
+        text(
+            spec.persistent_volume_reclaim_policy
+                .clone()
+                .unwrap_or_default(),
+        ),
         text(phase_or_terminating(&obj.metadata, status.phase.as_deref())),
         text(claim),
         text(class_of(&obj.metadata, &spec.storage_class_name)),
@@ -1091,7 +1097,11 @@ pub fn storage_class_at(obj: &storage::StorageClass, now: Timestamp) -> Vec<Valu
     vec![
         text(n),
         text(obj.provisioner.clone()),
-        text(obj.reclaim_policy.clone().unwrap_or_else(|| "Delete".into())),
+        text(
+            obj.reclaim_policy
+                .clone()
+                .unwrap_or_else(|| "Delete".into()),
+        ),
         text(
             obj.volume_binding_mode
                 .clone()
@@ -1133,50 +1143,170 @@ pub mod columns {
     pub fn replication_controller() -> Vec<Column> {
         vec![
             Column::name_column(),
-            col("Desired", "integer", "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1.", 0),
-            col("Current", "integer", "Replicas is the most recently observed number of replicas.", 0),
-            col("Ready", "integer", "The number of ready replicas for this replication controller.", 0),
+            col(
+                "Desired",
+                "integer",
+                "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1.",
+                0,
+            ),
+            col(
+                "Current",
+                "integer",
+                "Replicas is the most recently observed number of replicas.",
+                0,
+            ),
+            col(
+                "Ready",
+                "integer",
+                "The number of ready replicas for this replication controller.",
+                0,
+            ),
             age(),
             col("Containers", "string", CONTAINERS, 1),
             col("Images", "string", IMAGES, 1),
-            col("Selector", "string", "Selector is a label query over pods that should match the Replicas count.", 1),
+            col(
+                "Selector",
+                "string",
+                "Selector is a label query over pods that should match the Replicas count.",
+                1,
+            ),
         ]
     }
     pub fn persistent_volume() -> Vec<Column> {
         vec![
             Column::name_column(),
-            col("Capacity", "string", "capacity is the description of the persistent volume's resources and capacity.", 0),
-            col("Access Modes", "string", "accessModes contains all ways the volume can be mounted.", 0),
-            col("Reclaim Policy", "string", "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.", 0),
-            col("Status", "string", "phase indicates if a volume is available, bound to a claim, or released by a claim.", 0),
-            col("Claim", "string", "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.", 0),
-            col("StorageClass", "string", "storageClassName is the name of StorageClass to which this persistent volume belongs.", 0),
-            col("VolumeAttributesClass", "string", "Name of VolumeAttributesClass to which this persistent volume belongs.", 0),
-            col("Reason", "string", "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.", 0),
+            col(
+                "Capacity",
+                "string",
+                "capacity is the description of the persistent volume's resources and capacity.",
+                0,
+            ),
+            col(
+                "Access Modes",
+                "string",
+                "accessModes contains all ways the volume can be mounted.",
+                0,
+            ),
+            col(
+                "Reclaim Policy",
+                "string",
+                "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
+                0,
+            ),
+            col(
+                "Status",
+                "string",
+                "phase indicates if a volume is available, bound to a claim, or released by a claim.",
+                0,
+            ),
+            col(
+                "Claim",
+                "string",
+                "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "storageClassName is the name of StorageClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "Name of VolumeAttributesClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "Reason",
+                "string",
+                "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.",
+                0,
+            ),
             age(),
-            col("VolumeMode", "string", "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.", 1),
+            col(
+                "VolumeMode",
+                "string",
+                "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.",
+                1,
+            ),
         ]
     }
     pub fn persistent_volume_claim() -> Vec<Column> {
         vec![
             Column::name_column(),
-            col("Status", "string", "phase represents the current phase of PersistentVolumeClaim.", 0),
-            col("Volume", "string", "volumeName is the binding reference to the PersistentVolume backing this claim.", 0),
-            col("Capacity", "string", "capacity represents the actual resources of the underlying volume.", 0),
-            col("Access Modes", "string", "accessModes contains the actual access modes the volume backing the PVC has.", 0),
-            col("StorageClass", "string", "storageClassName is the name of the StorageClass required by the claim.", 0),
-            col("VolumeAttributesClass", "string", "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.", 0),
+            col(
+                "Status",
+                "string",
+                "phase represents the current phase of PersistentVolumeClaim.",
+                0,
+            ),
+            col(
+                "Volume",
+                "string",
+                "volumeName is the binding reference to the PersistentVolume backing this claim.",
+                0,
+            ),
+            col(
+                "Capacity",
+                "string",
+                "capacity represents the actual resources of the underlying volume.",
+                0,
+            ),
+            col(
+                "Access Modes",
+                "string",
+                "accessModes contains the actual access modes the volume backing the PVC has.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "storageClassName is the name of the StorageClass required by the claim.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.",
+                0,
+            ),
             age(),
-            col("VolumeMode", "string", "volumeMode defines what type of volume is required by the claim.", 1),
+            col(
+                "VolumeMode",
+                "string",
+                "volumeMode defines what type of volume is required by the claim.",
+                1,
+            ),
         ]
     }
     pub fn storage_class() -> Vec<Column> {
         vec![
             Column::name_column(),
-            col("Provisioner", "string", "Indicates the type of the provisioner.", 0),
-            col("ReclaimPolicy", "string", "Dynamically provisioned PersistentVolumes of this storage class are created with this reclaimPolicy. Defaults to Delete.", 0),
-            col("VolumeBindingMode", "string", "VolumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound. When unset, VolumeBindingImmediate is used.", 0),
-            col("AllowVolumeExpansion", "string", "AllowVolumeExpansion shows whether the storage class allow volume expand.", 0),
+            col(
+                "Provisioner",
+                "string",
+                "Indicates the type of the provisioner.",
+                0,
+            ),
+            col(
+                "ReclaimPolicy",
+                "string",
+                "Dynamically provisioned PersistentVolumes of this storage class are created with this reclaimPolicy. Defaults to Delete.",
+                0,
+            ),
+            col(
+                "VolumeBindingMode",
+                "string",
+                "VolumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound. When unset, VolumeBindingImmediate is used.",
+                0,
+            ),
+            col(
+                "AllowVolumeExpansion",
+                "string",
+                "AllowVolumeExpansion shows whether the storage class allow volume expand.",
+                0,
+            ),
             age(),
         ]
     }

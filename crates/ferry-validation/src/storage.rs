@@ -16,7 +16,12 @@ use super::pod::validate_pod_template_spec;
 use ferry_apimachinery::errors::{ErrorList, FieldError, Path};
 use ferry_apimachinery::{names, quantity};
 
-pub const ACCESS_MODES: &[&str] = &["ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"];
+pub const ACCESS_MODES: &[&str] = &[
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
 pub const VOLUME_MODES: &[&str] = &["Block", "Filesystem"];
 pub const PV_RECLAIM_POLICIES: &[&str] = &["Delete", "Recycle", "Retain"];
 pub const SC_RECLAIM_POLICIES: &[&str] = &["Delete", "Retain"];
@@ -72,7 +77,10 @@ fn sources(spec: &core::PersistentVolumeSpec) -> Vec<&'static str> {
     let present = [
         ("hostPath", spec.host_path.is_some()),
         ("gcePersistentDisk", spec.gce_persistent_disk.is_some()),
-        ("awsElasticBlockStore", spec.aws_elastic_block_store.is_some()),
+        (
+            "awsElasticBlockStore",
+            spec.aws_elastic_block_store.is_some(),
+        ),
         ("glusterfs", spec.glusterfs.is_some()),
         ("flocker", spec.flocker.is_some()),
         ("nfs", spec.nfs.is_some()),
@@ -85,7 +93,10 @@ fn sources(spec: &core::PersistentVolumeSpec) -> Vec<&'static str> {
         ("flexVolume", spec.flex_volume.is_some()),
         ("azureFile", spec.azure_file.is_some()),
         ("vsphereVolume", spec.vsphere_volume.is_some()),
-        ("photonPersistentDisk", spec.photon_persistent_disk.is_some()),
+        (
+            "photonPersistentDisk",
+            spec.photon_persistent_disk.is_some(),
+        ),
         ("portworxVolume", spec.portworx_volume.is_some()),
         ("azureDisk", spec.azure_disk.is_some()),
         ("scaleIO", spec.scale_io.is_some()),
@@ -157,7 +168,11 @@ fn pv_spec(spec: &core::PersistentVolumeSpec, path: &Path) -> ErrorList {
         }
         let t = s(&hp.type_);
         if !HOST_PATH_TYPES.contains(&t) {
-            errs.push(FieldError::not_supported(hpp.child("type"), t, &HOST_PATH_TYPES[1..]));
+            errs.push(FieldError::not_supported(
+                hpp.child("type"),
+                t,
+                &HOST_PATH_TYPES[1..],
+            ));
         }
     }
     if let Some(l) = &spec.local {
@@ -166,7 +181,11 @@ fn pv_spec(spec: &core::PersistentVolumeSpec, path: &Path) -> ErrorList {
             errs.push(FieldError::required(&lp, ""));
         } else {
             if !l.path.starts_with('/') {
-                errs.push(FieldError::invalid_str(&lp, &l.path, "must be an absolute path"));
+                errs.push(FieldError::invalid_str(
+                    &lp,
+                    &l.path,
+                    "must be an absolute path",
+                ));
             }
             errs.extend(no_backsteps(&l.path, &lp));
         }
@@ -422,10 +441,7 @@ pub fn persistent_volume_claim_status(
 }
 
 /// ValidateStorageClass / ValidateStorageClassUpdate.
-pub fn storage_class(
-    sc: &storage::StorageClass,
-    old: Option<&storage::StorageClass>,
-) -> ErrorList {
+pub fn storage_class(sc: &storage::StorageClass, old: Option<&storage::StorageClass>) -> ErrorList {
     let mut errs = meta(
         &sc.metadata,
         old.map(|o| &o.metadata),
@@ -458,7 +474,11 @@ pub fn storage_class(
     match sc.volume_binding_mode.as_deref() {
         None => errs.push(FieldError::required("volumeBindingMode", "")),
         Some(m) if !BINDING_MODES.contains(&m) => {
-            errs.push(FieldError::not_supported("volumeBindingMode", m, BINDING_MODES));
+            errs.push(FieldError::not_supported(
+                "volumeBindingMode",
+                m,
+                BINDING_MODES,
+            ));
         }
         Some(_) => {}
     }
@@ -615,28 +635,48 @@ mod tests {
     fn claim_create_table() {
         let cases: Vec<(Value, Vec<(&str, &str)>)> = vec![
             (
-                pvc(json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}})),
+                pvc(
+                    json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}),
+                ),
                 vec![],
             ),
             (
                 pvc(json!({"resources": {"requests": {"storage": "1Gi"}}})),
-                vec![("spec.accessModes", "Required value: at least 1 access mode is required")],
+                vec![(
+                    "spec.accessModes",
+                    "Required value: at least 1 access mode is required",
+                )],
             ),
             (
                 pvc(json!({"accessModes": ["ReadWriteOnce"]})),
                 vec![("spec.resources[storage]", "Required value")],
             ),
             (
-                pvc(json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "0"}}})),
-                vec![("spec.resources[storage]", "Invalid value: \"0\": must be greater than zero")],
+                pvc(
+                    json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "0"}}}),
+                ),
+                vec![(
+                    "spec.resources[storage]",
+                    "Invalid value: \"0\": must be greater than zero",
+                )],
             ),
             (
-                pvc(json!({"accessModes": ["Sometimes"], "resources": {"requests": {"storage": "1"}}})),
-                vec![("spec.accessModes", "Unsupported value: \"Sometimes\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\"")],
+                pvc(
+                    json!({"accessModes": ["Sometimes"], "resources": {"requests": {"storage": "1"}}}),
+                ),
+                vec![(
+                    "spec.accessModes",
+                    "Unsupported value: \"Sometimes\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\"",
+                )],
             ),
             (
-                pvc(json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1"}}, "volumeMode": "Disk"})),
-                vec![("spec.volumeMode", "Unsupported value: \"Disk\": supported values: \"Block\", \"Filesystem\"")],
+                pvc(
+                    json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1"}}, "volumeMode": "Disk"}),
+                ),
+                vec![(
+                    "spec.volumeMode",
+                    "Unsupported value: \"Disk\": supported values: \"Block\", \"Filesystem\"",
+                )],
             ),
         ];
         for (obj, want) in cases {
@@ -666,7 +706,11 @@ mod tests {
         let immutable = "Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
         let cases: Vec<(Value, Value, Vec<&str>)> = vec![
             // Binding sets volumeName once.
-            (base.clone(), with(&|v| v["spec"]["volumeName"] = json!("pv1")), vec![]),
+            (
+                base.clone(),
+                with(&|v| v["spec"]["volumeName"] = json!("pv1")),
+                vec![],
+            ),
             // Not once more.
             (
                 with(&|v| v["spec"]["volumeName"] = json!("pv1")),
@@ -720,7 +764,9 @@ mod tests {
         let pv = |spec: Value| json!({"metadata": {"name": "v"}, "spec": spec});
         let cases: Vec<(Value, Vec<(&str, &str)>)> = vec![
             (
-                pv(json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/d"}})),
+                pv(
+                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/d"}}),
+                ),
                 vec![],
             ),
             (
@@ -728,27 +774,45 @@ mod tests {
                 vec![("spec", "Required value: must specify a volume type")],
             ),
             (
-                pv(json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                    "hostPath": {"path": "/d"}, "nfs": {"server": "s", "path": "/p"}})),
-                vec![("spec.nfs", "Forbidden: may not specify more than 1 volume type")],
+                pv(
+                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "hostPath": {"path": "/d"}, "nfs": {"server": "s", "path": "/p"}}),
+                ),
+                vec![(
+                    "spec.nfs",
+                    "Forbidden: may not specify more than 1 volume type",
+                )],
             ),
             (
                 pv(json!({"accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/d"}})),
                 vec![
                     ("spec.capacity", "Required value"),
-                    ("spec.capacity", "Unsupported value: \"map[]\": supported values: \"storage\""),
+                    (
+                        "spec.capacity",
+                        "Unsupported value: \"map[]\": supported values: \"storage\"",
+                    ),
                 ],
             ),
             (
-                pv(json!({"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/d"}, "persistentVolumeReclaimPolicy": "Keep"})),
+                pv(
+                    json!({"capacity": {"storage": "1Gi"}, "hostPath": {"path": "/d"}, "persistentVolumeReclaimPolicy": "Keep"}),
+                ),
                 vec![
                     ("spec.accessModes", "Required value"),
-                    ("spec.persistentVolumeReclaimPolicy", "Unsupported value: \"Keep\": supported values: \"Delete\", \"Recycle\", \"Retain\""),
+                    (
+                        "spec.persistentVolumeReclaimPolicy",
+                        "Unsupported value: \"Keep\": supported values: \"Delete\", \"Recycle\", \"Retain\"",
+                    ),
                 ],
             ),
             (
-                pv(json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "local": {"path": "/d"}})),
-                vec![("spec.nodeAffinity", "Required value: Local volume requires node affinity")],
+                pv(
+                    json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "local": {"path": "/d"}}),
+                ),
+                vec![(
+                    "spec.nodeAffinity",
+                    "Required value: Local volume requires node affinity",
+                )],
             ),
         ];
         for (obj, want) in cases {
@@ -767,21 +831,28 @@ mod tests {
     fn storage_class_table() {
         let sc = json!({"metadata": {"name": "fast", "resourceVersion": "1"}, "provisioner": "ferry.dev/local-path",
             "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate", "parameters": {"a": "b"}});
-        let got = fields(sc.clone(), |c: &storage::StorageClass| storage_class(c, None));
+        let got = fields(sc.clone(), |c: &storage::StorageClass| {
+            storage_class(c, None)
+        });
         assert!(got.is_empty(), "{got:?}");
         let mut no_prov = sc.clone();
         no_prov["provisioner"] = json!("");
         let got = fields(no_prov, |c: &storage::StorageClass| storage_class(c, None));
-        assert_eq!(got, vec![("provisioner".to_string(), "Required value".to_string())]);
+        assert_eq!(
+            got,
+            vec![("provisioner".to_string(), "Required value".to_string())]
+        );
         let old: storage::StorageClass = serde_json::from_value(sc.clone()).expect("sc");
         let mut upd = sc.clone();
         upd["parameters"] = json!({"a": "c"});
         upd["reclaimPolicy"] = json!("Retain");
         upd["volumeBindingMode"] = json!("WaitForFirstConsumer");
-        let got: Vec<String> = fields(upd, |c: &storage::StorageClass| storage_class(c, Some(&old)))
-            .into_iter()
-            .map(|(f, m)| format!("{f}: {m}"))
-            .collect();
+        let got: Vec<String> = fields(upd, |c: &storage::StorageClass| {
+            storage_class(c, Some(&old))
+        })
+        .into_iter()
+        .map(|(f, m)| format!("{f}: {m}"))
+        .collect();
         assert_eq!(
             got,
             vec![
@@ -800,13 +871,15 @@ mod tests {
                 "terminationGracePeriodSeconds": 30,
                 "containers": [{"name": "c", "image": "i", "imagePullPolicy": "Always", "terminationMessagePolicy": "File"}]}}}})
         };
-        let ok = fields(rc(json!({"a": "b"}), json!({"a": "b"})), |r: &core::ReplicationController| {
-            replication_controller(r, None)
-        });
+        let ok = fields(
+            rc(json!({"a": "b"}), json!({"a": "b"})),
+            |r: &core::ReplicationController| replication_controller(r, None),
+        );
         assert!(ok.is_empty(), "{ok:?}");
-        let bad = fields(rc(json!({"a": "b"}), json!({"a": "c"})), |r: &core::ReplicationController| {
-            replication_controller(r, None)
-        });
+        let bad = fields(
+            rc(json!({"a": "b"}), json!({"a": "c"})),
+            |r: &core::ReplicationController| replication_controller(r, None),
+        );
         assert_eq!(
             bad,
             vec![(
@@ -814,9 +887,13 @@ mod tests {
                 "Invalid value: map[string]string{\"a\":\"c\"}: `selector` does not match template `labels`".to_string()
             )]
         );
-        let none = fields(rc(json!({}), json!({"a": "c"})), |r: &core::ReplicationController| {
-            replication_controller(r, None)
-        });
-        assert_eq!(none, vec![("spec.selector".to_string(), "Required value".to_string())]);
+        let none = fields(
+            rc(json!({}), json!({"a": "c"})),
+            |r: &core::ReplicationController| replication_controller(r, None),
+        );
+        assert_eq!(
+            none,
+            vec![("spec.selector".to_string(), "Required value".to_string())]
+        );
     }
 }

@@ -99,7 +99,10 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
             && sc.contains("WaitForFirstConsumer"),
         "{sc}"
     );
-    let sc = f.k("kubectl", &["get", "storageclass", "local-path", "-o", "json"]);
+    let sc = f.k(
+        "kubectl",
+        &["get", "storageclass", "local-path", "-o", "json"],
+    );
     assert_eq!(json(&sc)["reclaimPolicy"], "Delete");
 
     // Validation of a claim.
@@ -136,7 +139,9 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
     );
     let pvc_table = f.k("kubectl", &["get", "pvc", "claim1"]);
     assert!(
-        pvc_table.contains("Bound") && pvc_table.contains("manual-small") && pvc_table.contains("RWO,RWX"),
+        pvc_table.contains("Bound")
+            && pvc_table.contains("manual-small")
+            && pvc_table.contains("RWO,RWX"),
         "{pvc_table}"
     );
     let pv_table = f.k("kubectl", &["get", "pv", "manual-small"]);
@@ -162,9 +167,8 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
     // A StatefulSet's claims on the default class, provisioned for the pods' node.
     let o = f.k_stdin("kubectl", &["apply", "-f", "-"], WEB);
     assert!(o.status.success(), "{}", text(&o));
-    let bound = || {
-        claim_phase(&f, "data-web-0") == "Bound" && claim_phase(&f, "data-web-1") == "Bound"
-    };
+    let bound =
+        || claim_phase(&f, "data-web-0") == "Bound" && claim_phase(&f, "data-web-1") == "Bound";
     assert!(
         eventually(120, bound),
         "{}\n{}\n{}",
@@ -205,7 +209,10 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
     // takes its volume and directory with it (Delete).
     f.k("kubectl", &["delete", "statefulset", "web"]);
     assert!(
-        eventually(60, || get_json(&f, &["get", "pods", "-l", "app=web", "-o", "json"])["items"]
+        eventually(60, || get_json(
+            &f,
+            &["get", "pods", "-l", "app=web", "-o", "json"]
+        )["items"]
             .as_array()
             .is_some_and(Vec::is_empty)),
         "{}",
@@ -213,10 +220,7 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
     );
     f.k("kubectl", &["delete", "pvc", "data-web-0"]);
     assert!(
-        eventually(60, || !f
-            .kubectl(&["get", "pv", &pv_name])
-            .status
-            .success()),
+        eventually(60, || !f.kubectl(&["get", "pv", &pv_name]).status.success()),
         "{}",
         f.k("kubectl", &["get", "pv"])
     );
@@ -255,7 +259,11 @@ spec:
     let rcj = get_json(&f, &["get", "rc", "rc1", "-o", "json"]);
     assert_eq!(rcj["spec"]["selector"]["app"], "rc1");
     f.k("kubectl", &["scale", "rc", "rc1", "--replicas=3"]);
-    assert!(eventually(60, || pods(3)), "{}", f.k("kubectl", &["get", "pods"]));
+    assert!(
+        eventually(60, || pods(3)),
+        "{}",
+        f.k("kubectl", &["get", "pods"])
+    );
     assert!(
         eventually(60, || {
             let t = f.k("kubectl", &["get", "rc", "rc1", "--no-headers"]);

@@ -101,9 +101,18 @@ mod tests {
         let cases: Vec<(Vec<Value>, Option<&str>)> = vec![
             (vec![], None),
             (vec![sc("a", None, t1), sc("b", Some("false"), t1)], None),
-            (vec![sc("a", None, t1), sc("b", Some("true"), t1)], Some("b")),
-            (vec![sc("old", Some("true"), t1), sc("new", Some("true"), t2)], Some("new")),
-            (vec![sc("y", Some("true"), t1), sc("x", Some("true"), t1)], Some("x")),
+            (
+                vec![sc("a", None, t1), sc("b", Some("true"), t1)],
+                Some("b"),
+            ),
+            (
+                vec![sc("old", Some("true"), t1), sc("new", Some("true"), t2)],
+                Some("new"),
+            ),
+            (
+                vec![sc("y", Some("true"), t1), sc("x", Some("true"), t1)],
+                Some("x"),
+            ),
         ];
         for (classes, want) in cases {
             assert_eq!(default_class(&classes).as_deref(), want, "{classes:?}");

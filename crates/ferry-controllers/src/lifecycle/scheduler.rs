@@ -49,7 +49,10 @@ fn node_info(n: &Node, pods: usize) -> NodeInfo {
     }
 }
 
-fn needs_with(p: &SlimPod, volume_affinity: Vec<k8s_openapi::api::core::v1::VolumeNodeAffinity>) -> PodNeeds {
+fn needs_with(
+    p: &SlimPod,
+    volume_affinity: Vec<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+) -> PodNeeds {
     let spec = p.spec.clone().unwrap_or_default();
     PodNeeds {
         node_selector: spec.node_selector.unwrap_or_default(),
@@ -221,8 +224,7 @@ pub async fn run(
                     // WaitForFirstConsumer claims: provisioned (or bound) for the chosen node
                     // first; the pod is bound once every claim is.
                     for (claim, _) in vols.delayed.iter().filter(|(_, selected)| !selected) {
-                        let api: Api<PersistentVolumeClaim> =
-                            Api::namespaced(client.clone(), &ns);
+                        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
                         let patch = json!({"metadata": {"annotations": {
                             crate::storage::binder_core::ANN_SELECTED_NODE: node}}});
                         if let Err(e) = api

@@ -164,9 +164,11 @@ pub fn choose(pod: &PodNeeds, nodes: &[NodeInfo]) -> Result<String, Rejections> 
             why.taints += 1;
             continue;
         }
-        if !pod.volume_affinity.iter().all(|a| {
-            crate::storage::binder_core::node_fits(Some(a), &n.name, &n.labels)
-        }) {
+        if !pod
+            .volume_affinity
+            .iter()
+            .all(|a| crate::storage::binder_core::node_fits(Some(a), &n.name, &n.labels))
+        {
             why.volume_affinity += 1;
             continue;
         }
@@ -374,22 +376,40 @@ mod volume_tests {
     #[test]
     fn pod_volumes_table() {
         let bound = claim(json!({"metadata": {"name": "a"}, "spec": {"volumeName": "pv-a"}}));
-        let wffc = claim(json!({"metadata": {"name": "b"}, "spec": {"storageClassName": "local-path"}}));
-        let selected = claim(json!({"metadata": {"name": "s", "annotations": {"volume.kubernetes.io/selected-node": "n1"}},
-            "spec": {"storageClassName": "local-path"}}));
-        let immediate = claim(json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "fast"}}));
+        let wffc =
+            claim(json!({"metadata": {"name": "b"}, "spec": {"storageClassName": "local-path"}}));
+        let selected = claim(
+            json!({"metadata": {"name": "s", "annotations": {"volume.kubernetes.io/selected-node": "n1"}},
+            "spec": {"storageClassName": "local-path"}}),
+        );
+        let immediate =
+            claim(json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "fast"}}));
         let orphan = claim(json!({"metadata": {"name": "o"}, "spec": {"volumeName": "gone"}}));
         let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv-a"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}}})).unwrap();
         let claims = [bound, wffc, selected, immediate, orphan];
-        let lookup = |n: &str| claims.iter().find(|c| c.metadata.name.as_deref() == Some(n)).cloned();
+        let lookup = |n: &str| {
+            claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(n))
+                .cloned()
+        };
         let vol = |n: &str| (n == "pv-a").then(|| pv.clone());
         let wait = |c: &str| c == "local-path";
         let ok = pod_volumes(&["a", "b", "s"], &lookup, &vol, &wait).unwrap();
         assert_eq!(ok.affinity.len(), 1);
-        assert_eq!(ok.delayed, vec![("b".to_string(), false), ("s".to_string(), true)]);
-        assert_eq!(pod_volumes(&["x"], &lookup, &vol, &wait), Err("persistentvolumeclaim \"x\" not found".into()));
-        assert_eq!(pod_volumes(&["c"], &lookup, &vol, &wait), Err("pod has unbound immediate PersistentVolumeClaims".into()));
+        assert_eq!(
+            ok.delayed,
+            vec![("b".to_string(), false), ("s".to_string(), true)]
+        );
+        assert_eq!(
+            pod_volumes(&["x"], &lookup, &vol, &wait),
+            Err("persistentvolumeclaim \"x\" not found".into())
+        );
+        assert_eq!(
+            pod_volumes(&["c"], &lookup, &vol, &wait),
+            Err("pod has unbound immediate PersistentVolumeClaims".into())
+        );
         assert!(pod_volumes(&["o"], &lookup, &vol, &wait).is_err());
         // The bound volume's affinity pins the pod to n2.
         let node = |name: &str| NodeInfo {
@@ -400,9 +420,18 @@ mod volume_tests {
             taints: vec![],
             pods: 0,
         };
-        let needs = PodNeeds { volume_affinity: ok.affinity, ..Default::default() };
-        assert_eq!(choose(&needs, &[node("n1"), node("n2")]), Ok("n2".to_string()));
+        let needs = PodNeeds {
+            volume_affinity: ok.affinity,
+            ..Default::default()
+        };
+        assert_eq!(
+            choose(&needs, &[node("n1"), node("n2")]),
+            Ok("n2".to_string())
+        );
         let why = choose(&needs, &[node("n1")]).unwrap_err();
-        assert_eq!(message(1, &why), "0/1 nodes are available: 1 node(s) had volume node affinity conflict.");
+        assert_eq!(
+            message(1, &why),
+            "0/1 nodes are available: 1 node(s) had volume node affinity conflict."
+        );
     }
 }

@@ -182,7 +182,8 @@ pub fn find_matching_volume<'a>(
         if cap < want || v.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let affinity_ok = node.is_none_or(|(n, labels)| node_fits(vs.node_affinity.as_ref(), n, labels));
+        let affinity_ok =
+            node.is_none_or(|(n, labels)| node_fits(vs.node_affinity.as_ref(), n, labels));
         if bound_to(v, c) {
             if !affinity_ok {
                 return None;
@@ -269,7 +270,10 @@ pub fn plan_claim(
             );
         };
         if claim_ref(v).is_none() || bound_to(v, c) {
-            if claim_ref(v).is_none() || phase_of_claim(c) != "Bound" || phase_of_volume(v) != "Bound" {
+            if claim_ref(v).is_none()
+                || phase_of_claim(c) != "Bound"
+                || phase_of_volume(v) != "Bound"
+            {
                 return ClaimPlan::Bind(volume_name);
             }
             return ClaimPlan::EnsureBound(volume_name);
@@ -298,8 +302,8 @@ pub fn plan_claim(
         )));
     }
     let class_name = claim_class(c);
-    let delay = class
-        .is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+    let delay =
+        class.is_some_and(|sc| sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
     let selected = selected_node(c).map(String::from);
     let labels = selected.as_deref().and_then(node_labels);
     let node = match (&selected, &labels) {
@@ -526,7 +530,7 @@ pub fn volume_releasable(v: &PersistentVolume) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
     use serde_json::{Value, json};
@@ -559,8 +563,10 @@ mod tests {
     }
 
     fn class(mode: &str, provisioner: &str) -> StorageClass {
-        serde_json::from_value(json!({"metadata": {"name": "local-path"}, "provisioner": provisioner,
-            "reclaimPolicy": "Delete", "volumeBindingMode": mode}))
+        serde_json::from_value(
+            json!({"metadata": {"name": "local-path"}, "provisioner": provisioner,
+            "reclaimPolicy": "Delete", "volumeBindingMode": mode}),
+        )
         .unwrap()
     }
 
@@ -572,22 +578,86 @@ mod tests {
     fn matcher_table() {
         let small = pv("small", "1Gi", json!({}));
         let big = pv("big", "10Gi", json!({}));
-        let rwx = pv("rwx", "2Gi", json!({"spec": {"accessModes": ["ReadWriteMany"]}}));
+        let rwx = pv(
+            "rwx",
+            "2Gi",
+            json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
+        );
         let fast = pv("fast", "2Gi", json!({"spec": {"storageClassName": "fast"}}));
-        let labelled = pv("labelled", "5Gi", json!({"metadata": {"labels": {"tier": "gold"}}}));
+        let labelled = pv(
+            "labelled",
+            "5Gi",
+            json!({"metadata": {"labels": {"tier": "gold"}}}),
+        );
         let block = pv("block", "2Gi", json!({"spec": {"volumeMode": "Block"}}));
-        let taken = pv("taken", "2Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "other", "uid": "u9"}}}));
-        let mine = pv("mine", "100Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}}));
+        let taken = pv(
+            "taken",
+            "2Gi",
+            json!({"spec": {"claimRef": {"namespace": "ns", "name": "other", "uid": "u9"}}}),
+        );
+        let mine = pv(
+            "mine",
+            "100Gi",
+            json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}}),
+        );
         let all = [&small, &big, &rwx, &fast, &labelled, &block, &taken];
-        let cases: Vec<(&str, PersistentVolumeClaim, Vec<&PersistentVolume>, Option<&str>)> = vec![
-            ("smallest that fits", pvc("1Gi", json!({})), all.to_vec(), Some("small")),
-            ("too big for small", pvc("3Gi", json!({})), all.to_vec(), Some("labelled")),
-            ("none large enough", pvc("20Gi", json!({})), all.to_vec(), None),
-            ("class", pvc("1Gi", json!({"spec": {"storageClassName": "fast"}})), all.to_vec(), Some("fast")),
-            ("access modes", pvc("1Gi", json!({"spec": {"accessModes": ["ReadWriteMany"]}})), all.to_vec(), Some("rwx")),
-            ("selector", pvc("1Gi", json!({"spec": {"selector": {"matchLabels": {"tier": "gold"}}}})), all.to_vec(), Some("labelled")),
-            ("volume mode", pvc("1Gi", json!({"spec": {"volumeMode": "Block"}})), all.to_vec(), Some("block")),
-            ("pre-bound volume wins", pvc("1Gi", json!({})), vec![&small, &mine], Some("mine")),
+        let cases: Vec<(
+            &str,
+            PersistentVolumeClaim,
+            Vec<&PersistentVolume>,
+            Option<&str>,
+        )> = vec![
+            (
+                "smallest that fits",
+                pvc("1Gi", json!({})),
+                all.to_vec(),
+                Some("small"),
+            ),
+            (
+                "too big for small",
+                pvc("3Gi", json!({})),
+                all.to_vec(),
+                Some("labelled"),
+            ),
+            (
+                "none large enough",
+                pvc("20Gi", json!({})),
+                all.to_vec(),
+                None,
+            ),
+            (
+                "class",
+                pvc("1Gi", json!({"spec": {"storageClassName": "fast"}})),
+                all.to_vec(),
+                Some("fast"),
+            ),
+            (
+                "access modes",
+                pvc("1Gi", json!({"spec": {"accessModes": ["ReadWriteMany"]}})),
+                all.to_vec(),
+                Some("rwx"),
+            ),
+            (
+                "selector",
+                pvc(
+                    "1Gi",
+                    json!({"spec": {"selector": {"matchLabels": {"tier": "gold"}}}}),
+                ),
+                all.to_vec(),
+                Some("labelled"),
+            ),
+            (
+                "volume mode",
+                pvc("1Gi", json!({"spec": {"volumeMode": "Block"}})),
+                all.to_vec(),
+                Some("block"),
+            ),
+            (
+                "pre-bound volume wins",
+                pvc("1Gi", json!({})),
+                vec![&small, &mine],
+                Some("mine"),
+            ),
         ];
         for (name, c, vols, want) in cases {
             let got = find_matching_volume(&c, &vols, None, false);
@@ -602,8 +672,12 @@ mod tests {
                 .and_then(|v| v.metadata.name.as_deref()),
             Some("small")
         );
-        let pinned = pv("pinned", "1Gi", json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": ["n2"]}]}]}}}}));
+        let pinned = pv(
+            "pinned",
+            "1Gi",
+            json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": ["n2"]}]}]}}}}),
+        );
         assert!(find_matching_volume(&c, &[&pinned], Some(("n1", &labels)), true).is_none());
     }
 
@@ -638,14 +712,31 @@ mod tests {
             assert_eq!(plan_claim(&c, &vols, sc, &no_nodes), want, "{name}");
         }
         // Bound and consistent on both sides.
-        let bound_pv = pv("v1", "1Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}, "status": {"phase": "Bound"}}));
-        let bound_pvc = pvc("1Gi", json!({"metadata": {"annotations": {ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "v1"}, "status": {"phase": "Bound"}}));
-        assert_eq!(plan_claim(&bound_pvc, &[&bound_pv], None, &no_nodes), ClaimPlan::EnsureBound("v1".into()));
+        let bound_pv = pv(
+            "v1",
+            "1Gi",
+            json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "u1"}}, "status": {"phase": "Bound"}}),
+        );
+        let bound_pvc = pvc(
+            "1Gi",
+            json!({"metadata": {"annotations": {ANN_BIND_COMPLETED: "yes"}}, "spec": {"volumeName": "v1"}, "status": {"phase": "Bound"}}),
+        );
+        assert_eq!(
+            plan_claim(&bound_pvc, &[&bound_pv], None, &no_nodes),
+            ClaimPlan::EnsureBound("v1".into())
+        );
         // Misbound: the volume names another claim.
-        let other = pv("v1", "1Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "d", "uid": "u2"}}, "status": {"phase": "Bound"}}));
+        let other = pv(
+            "v1",
+            "1Gi",
+            json!({"spec": {"claimRef": {"namespace": "ns", "name": "d", "uid": "u2"}}, "status": {"phase": "Bound"}}),
+        );
         assert_eq!(
             plan_claim(&bound_pvc, &[&other], None, &no_nodes),
-            ClaimPlan::Lost("ClaimMisbound", "Two claims are bound to the same volume, this one is bound incorrectly")
+            ClaimPlan::Lost(
+                "ClaimMisbound",
+                "Two claims are bound to the same volume, this one is bound incorrectly"
+            )
         );
     }
 
@@ -653,31 +744,105 @@ mod tests {
     fn volume_plan_table() {
         let claim = pvc("1Gi", json!({"spec": {"volumeName": "v1"}}));
         let cref = json!({"namespace": "ns", "name": "c", "uid": "u1"});
-        let cases: Vec<(&str, PersistentVolume, Option<&PersistentVolumeClaim>, VolumePlan)> = vec![
-            ("unclaimed becomes Available", pv("v1", "1Gi", json!({"status": {"phase": "Pending"}})), None, VolumePlan::Phase("Available", None)),
-            ("Available stays", pv("v1", "1Gi", json!({})), None, VolumePlan::None),
-            ("bound", pv("v1", "1Gi", json!({"spec": {"claimRef": cref.clone()}})), Some(&claim), VolumePlan::Phase("Bound", None)),
-            ("claim gone, Retain", pv("v1", "1Gi", json!({"spec": {"claimRef": cref.clone()}, "status": {"phase": "Bound"}})), None, VolumePlan::Phase("Released", None)),
-            ("claim gone, Delete, ours: Released first",
-                pv("v1", "1Gi", json!({"metadata": {"annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
-                    "spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Bound"}})),
-                None, VolumePlan::Phase("Released", None)),
-            ("claim gone, Delete, ours: then deleted",
-                pv("v1", "1Gi", json!({"metadata": {"annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
-                    "spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Released"}})),
-                None, VolumePlan::Delete),
-            ("claim gone, Delete, not ours: stays Released",
-                pv("v1", "1Gi", json!({"spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Released"}})),
-                None, VolumePlan::None),
-            ("claim gone, Recycle",
-                pv("v1", "1Gi", json!({"spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Recycle"}, "status": {"phase": "Bound"}})),
-                None, VolumePlan::Phase("Failed", Some("No recycler plugin found for the volume!".into()))),
-            ("claim recreated with another uid",
-                pv("v1", "1Gi", json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "old"}}, "status": {"phase": "Bound"}})),
-                Some(&claim), VolumePlan::Phase("Released", None)),
-            ("claim bound elsewhere, controller binding",
-                pv("v2", "1Gi", json!({"metadata": {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}, "spec": {"claimRef": cref.clone()}, "status": {"phase": "Bound"}})),
-                Some(&claim), VolumePlan::Unbind),
+        let cases: Vec<(
+            &str,
+            PersistentVolume,
+            Option<&PersistentVolumeClaim>,
+            VolumePlan,
+        )> = vec![
+            (
+                "unclaimed becomes Available",
+                pv("v1", "1Gi", json!({"status": {"phase": "Pending"}})),
+                None,
+                VolumePlan::Phase("Available", None),
+            ),
+            (
+                "Available stays",
+                pv("v1", "1Gi", json!({})),
+                None,
+                VolumePlan::None,
+            ),
+            (
+                "bound",
+                pv("v1", "1Gi", json!({"spec": {"claimRef": cref.clone()}})),
+                Some(&claim),
+                VolumePlan::Phase("Bound", None),
+            ),
+            (
+                "claim gone, Retain",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"spec": {"claimRef": cref.clone()}, "status": {"phase": "Bound"}}),
+                ),
+                None,
+                VolumePlan::Phase("Released", None),
+            ),
+            (
+                "claim gone, Delete, ours: Released first",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"metadata": {"annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
+                    "spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Bound"}}),
+                ),
+                None,
+                VolumePlan::Phase("Released", None),
+            ),
+            (
+                "claim gone, Delete, ours: then deleted",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"metadata": {"annotations": {ANN_PROVISIONED_BY: LOCAL_PATH_PROVISIONER}},
+                    "spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Released"}}),
+                ),
+                None,
+                VolumePlan::Delete,
+            ),
+            (
+                "claim gone, Delete, not ours: stays Released",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Delete"}, "status": {"phase": "Released"}}),
+                ),
+                None,
+                VolumePlan::None,
+            ),
+            (
+                "claim gone, Recycle",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"spec": {"claimRef": cref.clone(), "persistentVolumeReclaimPolicy": "Recycle"}, "status": {"phase": "Bound"}}),
+                ),
+                None,
+                VolumePlan::Phase(
+                    "Failed",
+                    Some("No recycler plugin found for the volume!".into()),
+                ),
+            ),
+            (
+                "claim recreated with another uid",
+                pv(
+                    "v1",
+                    "1Gi",
+                    json!({"spec": {"claimRef": {"namespace": "ns", "name": "c", "uid": "old"}}, "status": {"phase": "Bound"}}),
+                ),
+                Some(&claim),
+                VolumePlan::Phase("Released", None),
+            ),
+            (
+                "claim bound elsewhere, controller binding",
+                pv(
+                    "v2",
+                    "1Gi",
+                    json!({"metadata": {"annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}}, "spec": {"claimRef": cref.clone()}, "status": {"phase": "Bound"}}),
+                ),
+                Some(&claim),
+                VolumePlan::Unbind,
+            ),
         ];
         for (name, v, c, want) in cases {
             assert_eq!(plan_volume(&v, c), want, "{name}");
@@ -686,7 +851,10 @@ mod tests {
 
     #[test]
     fn provisioned_volume_shape() {
-        let c = pvc("2Gi", json!({"metadata": {"resourceVersion": "7"}, "spec": {"storageClassName": "local-path"}}));
+        let c = pvc(
+            "2Gi",
+            json!({"metadata": {"resourceVersion": "7"}, "spec": {"storageClassName": "local-path"}}),
+        );
         let sc = class("WaitForFirstConsumer", LOCAL_PATH_PROVISIONER);
         let v = provisioned_volume(&c, &sc, Some(("n1", Some("host1"))), "/data/storage/");
         let j = serde_json::to_value(&v).unwrap();
@@ -700,8 +868,16 @@ mod tests {
             json!(["host1"])
         );
         let labels = BTreeMap::from([(HOSTNAME_LABEL.to_string(), "host1".to_string())]);
-        assert!(node_fits(v.spec.as_ref().unwrap().node_affinity.as_ref(), "n1", &labels));
-        assert!(!node_fits(v.spec.as_ref().unwrap().node_affinity.as_ref(), "n2", &BTreeMap::new()));
+        assert!(node_fits(
+            v.spec.as_ref().unwrap().node_affinity.as_ref(),
+            "n1",
+            &labels
+        ));
+        assert!(!node_fits(
+            v.spec.as_ref().unwrap().node_affinity.as_ref(),
+            "n2",
+            &BTreeMap::new()
+        ));
         // A node without a hostname label: pinned by name.
         let by_name = provisioned_volume(&c, &sc, Some(("n1", None)), "/d");
         let a = by_name.spec.as_ref().unwrap().node_affinity.as_ref();
@@ -709,19 +885,33 @@ mod tests {
         assert!(!node_fits(a, "n2", &BTreeMap::new()));
         // The provisioned volume is pre-bound: the claim binds to it.
         let vols = [&v];
-        assert_eq!(plan_claim(&c, &vols, Some(&sc), &no_nodes), ClaimPlan::Bind("pvc-u1".into()));
+        assert_eq!(
+            plan_claim(&c, &vols, Some(&sc), &no_nodes),
+            ClaimPlan::Bind("pvc-u1".into())
+        );
     }
 
     #[test]
     fn protection() {
-        let mut c = pvc("1Gi", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PVC_PROTECTION]}}));
+        let mut c = pvc(
+            "1Gi",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PVC_PROTECTION]}}),
+        );
         assert!(claim_releasable(&c, 0));
         assert!(!claim_releasable(&c, 1));
         c.metadata.deletion_timestamp = None;
         assert!(!claim_releasable(&c, 0));
-        let v = pv("v", "1Gi", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PV_PROTECTION]}, "status": {"phase": "Bound"}}));
+        let v = pv(
+            "v",
+            "1Gi",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PV_PROTECTION]}, "status": {"phase": "Bound"}}),
+        );
         assert!(!volume_releasable(&v));
-        let v = pv("v", "1Gi", json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PV_PROTECTION]}, "status": {"phase": "Released"}}));
+        let v = pv(
+            "v",
+            "1Gi",
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [PV_PROTECTION]}, "status": {"phase": "Released"}}),
+        );
         assert!(volume_releasable(&v));
     }
 }

@@ -376,7 +376,9 @@ impl Binder {
             api.patch_status(
                 &c.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"phase": "Bound", "capacity": cap, "accessModes": modes}})),
+                &Patch::Merge(
+                    json!({"status": {"phase": "Bound", "capacity": cap, "accessModes": modes}}),
+                ),
             )
             .await?;
         }
@@ -395,7 +397,9 @@ impl Binder {
         let ns = c.namespace().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
         let anns = c.annotations();
-        if anns.get(binder_core::ANN_STORAGE_PROVISIONER).map(String::as_str)
+        if anns
+            .get(binder_core::ANN_STORAGE_PROVISIONER)
+            .map(String::as_str)
             != Some(binder_core::LOCAL_PATH_PROVISIONER)
         {
             api.patch(
@@ -410,7 +414,10 @@ impl Binder {
                 c,
                 "Normal",
                 "Provisioning",
-                format!("External provisioner is provisioning volume for claim \"{ns}/{}\"", c.name_any()),
+                format!(
+                    "External provisioner is provisioning volume for claim \"{ns}/{}\"",
+                    c.name_any()
+                ),
             );
         }
         let hostname = node.and_then(|n| {
@@ -418,12 +425,8 @@ impl Binder {
                 .and_then(|l| l.get(binder_core::HOSTNAME_LABEL).cloned())
         });
         let root_s = root.display().to_string();
-        let pv = binder_core::provisioned_volume(
-            c,
-            sc,
-            node.map(|n| (n, hostname.as_deref())),
-            &root_s,
-        );
+        let pv =
+            binder_core::provisioned_volume(c, sc, node.map(|n| (n, hostname.as_deref())), &root_s);
         if let Some(path) = pv
             .spec
             .as_ref()
@@ -435,7 +438,11 @@ impl Binder {
                 c,
                 "Warning",
                 "ProvisioningFailed",
-                format!("failed to provision volume with StorageClass \"{}\": creating {}: {e}", sc.name_any(), path.display()),
+                format!(
+                    "failed to provision volume with StorageClass \"{}\": creating {}: {e}",
+                    sc.name_any(),
+                    path.display()
+                ),
             );
             return Ok(());
         }
@@ -502,7 +509,10 @@ impl Binder {
                 }
                 if let (Some(root), Some(path)) = (
                     self.root.as_ref(),
-                    v.spec.as_ref().and_then(|s| s.host_path.as_ref()).map(|h| PathBuf::from(&h.path)),
+                    v.spec
+                        .as_ref()
+                        .and_then(|s| s.host_path.as_ref())
+                        .map(|h| PathBuf::from(&h.path)),
                 ) && path.starts_with(root)
                     && path != *root
                     && let Err(e) = std::fs::remove_dir_all(&path)

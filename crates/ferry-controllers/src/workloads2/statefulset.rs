@@ -820,14 +820,31 @@ mod tests {
         let c = claims_for(&s, 2);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0]["metadata"]["name"], "www-web-2");
-        assert_eq!(c[0]["metadata"]["labels"], s.spec.selector.match_labels.clone().map(|m| json!(m)).unwrap());
+        assert_eq!(
+            c[0]["metadata"]["labels"],
+            s.spec
+                .selector
+                .match_labels
+                .clone()
+                .map(|m| json!(m))
+                .unwrap()
+        );
         assert!(c[0]["metadata"].get("ownerReferences").is_none());
         assert_eq!(c[0]["spec"]["accessModes"], json!(["ReadWriteOnce"]));
         let mut d = s.clone();
-        d.spec.persistent_volume_claim_retention_policy = serde_json::from_value(json!({"whenDeleted": "Delete", "whenScaled": "Retain"})).unwrap();
+        d.spec.persistent_volume_claim_retention_policy =
+            serde_json::from_value(json!({"whenDeleted": "Delete", "whenScaled": "Retain"}))
+                .unwrap();
         let c = claims_for(&d, 0);
-        assert_eq!(c[0]["metadata"]["ownerReferences"][0]["kind"], "StatefulSet");
-        assert!(c[0]["metadata"]["ownerReferences"][0].get("controller").is_none());
+        assert_eq!(
+            c[0]["metadata"]["ownerReferences"][0]["kind"],
+            "StatefulSet"
+        );
+        assert!(
+            c[0]["metadata"]["ownerReferences"][0]
+                .get("controller")
+                .is_none()
+        );
         assert!(!delete_when_scaled(&d));
         assert_eq!(ordinal_of("web", "webx-1"), None);
     }
