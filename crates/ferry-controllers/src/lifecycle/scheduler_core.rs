@@ -50,6 +50,11 @@ pub struct Volumes {
     pub delayed: Vec<(String, bool)>,
 }
 
+/// Why a pod's claims keep it from being scheduled (upstream's VolumeBinding reasons).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct VolumeWait(pub String);
+
 /// Upstream's VolumeBinding PreFilter: every claim exists and is not being deleted; a bound
 /// claim's volume exists; an unbound claim is of a `WaitForFirstConsumer` class. `Err` is the
 /// reason the pod waits.
@@ -58,14 +63,18 @@ pub fn pod_volumes(
     claim: &dyn Fn(&str) -> Option<PersistentVolumeClaim>,
     volume: &dyn Fn(&str) -> Option<PersistentVolume>,
     wait_for_consumer: &dyn Fn(&str) -> bool,
-) -> Result<Volumes, String> {
+) -> Result<Volumes, VolumeWait> {
     let mut out = Volumes::default();
     for name in claims {
         let Some(c) = claim(name) else {
-            return Err(format!("persistentvolumeclaim \"{name}\" not found"));
+            return Err(VolumeWait(format!(
+                "persistentvolumeclaim \"{name}\" not found"
+            )));
         };
         if c.metadata.deletion_timestamp.is_some() {
-            return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+            return Err(VolumeWait(format!(
+                "persistentvolumeclaim \"{name}\" is being deleted"
+            )));
         }
         let vn = c
             .spec
@@ -74,10 +83,10 @@ pub fn pod_volumes(
             .unwrap_or_default();
         if !vn.is_empty() {
             let Some(v) = volume(&vn) else {
-                return Err(
+                return Err(VolumeWait(
                     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
                         .into(),
-                );
+                ));
             };
             if let Some(a) = v.spec.and_then(|s| s.node_affinity) {
                 out.affinity.push(a);
@@ -91,7 +100,9 @@ pub fn pod_volumes(
                 crate::storage::binder_core::selected_node(&c).is_some(),
             ));
         } else {
-            return Err("pod has unbound immediate PersistentVolumeClaims".into());
+            return Err(VolumeWait(
+                "pod has unbound immediate PersistentVolumeClaims".into(),
+            ));
         }
     }
     Ok(out)
@@ -404,11 +415,13 @@ mod volume_tests {
         );
         assert_eq!(
             pod_volumes(&["x"], &lookup, &vol, &wait),
-            Err("persistentvolumeclaim \"x\" not found".into())
+            Err(VolumeWait("persistentvolumeclaim \"x\" not found".into()))
         );
         assert_eq!(
             pod_volumes(&["c"], &lookup, &vol, &wait),
-            Err("pod has unbound immediate PersistentVolumeClaims".into())
+            Err(VolumeWait(
+                "pod has unbound immediate PersistentVolumeClaims".into()
+            ))
         );
         assert!(pod_volumes(&["o"], &lookup, &vol, &wait).is_err());
         // The bound volume's affinity pins the pod to n2.
