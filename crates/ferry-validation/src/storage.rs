@@ -36,8 +36,8 @@ fn go_quantities(m: &BTreeMap<String, Quantity>) -> String {
 /// validateResourceQuantityValue + ValidatePositiveQuantityValue.
 fn positive_quantity(q: &Quantity, path: &Path) -> ErrorList {
     match quantity::parse(&q.0) {
-        Err(e) => vec![FieldError::invalid(path, q.0.clone(), e.to_string())],
-        Ok(v) if !v.is_positive() => vec![FieldError::invalid(path, q.0.clone(), NOT_POSITIVE)],
+        Err(e) => vec![FieldError::invalid_str(path, &q.0, e.to_string())],
+        Ok(v) if !v.is_positive() => vec![FieldError::invalid_str(path, &q.0, NOT_POSITIVE)],
         Ok(_) => Vec::new(),
     }
 }
