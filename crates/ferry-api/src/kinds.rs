@@ -321,6 +321,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
+use k8s_openapi::api::storage::v1 as storage;
 
 #[allow(clippy::vec_init_then_push)]
 fn build() -> Vec<Box<dyn Strategy>> {
@@ -380,6 +381,27 @@ fn build() -> Vec<Box<dyn Strategy>> {
         generation: false, delete_returns_object: true, scale: false,
         prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
     });
+    register!(v, core::ReplicationController, replication_controller, {
+        group: "", version: "v1", kind: "ReplicationController", plural: "replicationcontrollers",
+        singular: "replicationcontroller", namespaced: true, short: &["rc"], categories: &["all"],
+        status: true, status_on_create: Reset, generation: true, delete_returns_object: false,
+        scale: true, prepare_create: noop, prepare_update: noop2,
+        validate_status: validation::replication_controller_status,
+    });
+    register!(v, core::PersistentVolume, persistent_volume, {
+        group: "", version: "v1", kind: "PersistentVolume", plural: "persistentvolumes",
+        singular: "persistentvolume", namespaced: false, short: &["pv"], categories: &[],
+        status: true, status_on_create: Reset, generation: false, delete_returns_object: true,
+        scale: false, prepare_create: noop, prepare_update: noop2,
+        validate_status: validation::persistent_volume_status,
+    });
+    register!(v, core::PersistentVolumeClaim, persistent_volume_claim, {
+        group: "", version: "v1", kind: "PersistentVolumeClaim", plural: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim", namespaced: true, short: &["pvc"], categories: &[],
+        status: true, status_on_create: Reset, generation: false, delete_returns_object: true,
+        scale: false, prepare_create: noop, prepare_update: noop2,
+        validate_status: validation::persistent_volume_claim_status,
+    });
     register!(v, apps::Deployment, deployment, {
         group: "apps", version: "v1", kind: "Deployment", plural: "deployments", singular: "deployment",
         namespaced: true, short: &["deploy"], categories: &["all"], status: true, status_on_create: Reset,
@@ -414,6 +436,12 @@ fn build() -> Vec<Box<dyn Strategy>> {
         group: "networking.k8s.io", version: "v1", kind: "NetworkPolicy", plural: "networkpolicies",
         singular: "networkpolicy", namespaced: true, short: &["netpol"], categories: &[], status: false,
         status_on_create: Keep, generation: true, delete_returns_object: false, scale: false,
+        prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
+    });
+    register!(v, storage::StorageClass, storage_class, {
+        group: "storage.k8s.io", version: "v1", kind: "StorageClass", plural: "storageclasses",
+        singular: "storageclass", namespaced: false, short: &["sc"], categories: &[], status: false,
+        status_on_create: Keep, generation: false, delete_returns_object: false, scale: false,
         prepare_create: noop, prepare_update: noop2, validate_status: no_status_validation,
     });
     register!(v, coordination::Lease, lease, {

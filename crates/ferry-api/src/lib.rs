@@ -13,7 +13,7 @@ pub mod rbac;
 pub mod shape;
 pub mod workloads;
 
-pub use ferry_apimachinery::{decode, errors, names};
+pub use ferry_apimachinery::{decode, errors, names, quantity};
 pub use ferry_cron as cron;
 pub use ferry_defaults as defaults;
 pub use ferry_printers as printers;

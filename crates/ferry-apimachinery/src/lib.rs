@@ -5,3 +5,4 @@
 pub mod decode;
 pub mod errors;
 pub mod names;
+pub mod quantity;

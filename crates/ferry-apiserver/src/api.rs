@@ -1407,8 +1407,14 @@ pub fn scale_of(strategy: &dyn Strategy, v: &Value) -> Value {
 
 /// An `autoscaling/v1` Scale for a Deployment or ReplicaSet.
 pub fn to_scale(info: &KindInfo, v: &Value) -> Value {
+    // A ReplicationController's selector is the label map itself.
     let selector = v
         .pointer("/spec/selector/matchLabels")
+        .or_else(|| {
+            (info.group.is_empty() && info.kind == "ReplicationController")
+                .then(|| v.pointer("/spec/selector"))
+                .flatten()
+        })
         .and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -1417,7 +1423,6 @@ pub fn to_scale(info: &KindInfo, v: &Value) -> Value {
                 .join(",")
         })
         .unwrap_or_default();
-    let _ = info;
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",

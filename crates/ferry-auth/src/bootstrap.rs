@@ -478,6 +478,12 @@ pub fn cluster_roles() -> Vec<ClusterRole> {
                         "leases",
                     ],
                 ),
+                // The PV controller's provisioner and the StatefulSet controller's claims.
+                rule(
+                    &["create"],
+                    &[""],
+                    &["persistentvolumes", "persistentvolumeclaims"],
+                ),
                 rule(&["create"], &[""], &["pods/binding", "bindings"]),
                 // StatefulSet/DaemonSet revisions, CronJob Jobs (issue 16).
                 rule(

@@ -8,6 +8,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod runtime;
 pub mod services;
+pub mod storage;
 pub mod workloads2;
 
 use std::future::Future;
@@ -29,6 +30,8 @@ pub struct ControllersArgs {
     pub lifecycle: lifecycle::LifecycleArgs,
     #[command(flatten)]
     pub identity: identity::IdentityArgs,
+    #[command(flatten)]
+    pub storage: storage::StorageArgs,
 }
 
 /// A kube client from the kubeconfig flag.
@@ -55,7 +58,7 @@ pub async fn run(
             async move {
                 // One watch (and one cache) of Pods for every controller that reads them.
                 let informers = runtime::Informers::new(client.clone(), stop.clone());
-                let (s, l, (), ()) = tokio::join!(
+                let (s, l, (), (), ()) = tokio::join!(
                     services::run_with(
                         client.clone(),
                         a.services.clone(),
@@ -68,7 +71,8 @@ pub async fn run(
                         informers.clone(),
                         stop.clone()
                     ),
-                    workloads2::run(client.clone(), informers, stop.clone()),
+                    workloads2::run(client.clone(), informers.clone(), stop.clone()),
+                    storage::run(client.clone(), a.storage.clone(), informers, stop.clone()),
                     identity::run(client, root_ca, stop)
                 );
                 s.and(l)

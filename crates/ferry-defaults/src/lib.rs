@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
+use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The label every Namespace carries with its own name.
@@ -314,6 +315,57 @@ pub fn replica_set(obj: &mut apps::ReplicaSet) {
     if let Some(t) = spec.template.as_mut() {
         pod_template(t);
     }
+}
+
+/// `SetDefaults_ReplicationController`: the selector and labels default to the template's
+/// labels; one replica.
+pub fn replication_controller(obj: &mut core::ReplicationController) {
+    let spec = obj.spec.get_or_insert_with(Default::default);
+    let labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .filter(|l| !l.is_empty());
+    if let Some(labels) = labels {
+        if spec.selector.as_ref().is_none_or(|s| s.is_empty()) {
+            spec.selector = Some(labels.clone());
+        }
+        if obj.metadata.labels.as_ref().is_none_or(|l| l.is_empty()) {
+            obj.metadata.labels = Some(labels);
+        }
+    }
+    set(&mut spec.replicas, 1);
+    if let Some(t) = spec.template.as_mut() {
+        pod_template(t);
+    }
+}
+
+/// `SetDefaults_PersistentVolume`: phase Pending, reclaim policy Retain, volume mode
+/// Filesystem.
+pub fn persistent_volume(obj: &mut core::PersistentVolume) {
+    let status = obj.status.get_or_insert_with(Default::default);
+    set_str(&mut status.phase, "Pending");
+    let spec = obj.spec.get_or_insert_with(Default::default);
+    set_str(&mut spec.persistent_volume_reclaim_policy, "Retain");
+    set(&mut spec.volume_mode, "Filesystem".to_string());
+    if let Some(hp) = spec.host_path.as_mut() {
+        set(&mut hp.type_, String::new());
+    }
+}
+
+/// `SetDefaults_PersistentVolumeClaim`: phase Pending, volume mode Filesystem.
+pub fn persistent_volume_claim(obj: &mut core::PersistentVolumeClaim) {
+    let status = obj.status.get_or_insert_with(Default::default);
+    set_str(&mut status.phase, "Pending");
+    let spec = obj.spec.get_or_insert_with(Default::default);
+    set(&mut spec.volume_mode, "Filesystem".to_string());
+}
+
+/// `SetDefaults_StorageClass`: reclaim policy Delete, binding mode Immediate.
+pub fn storage_class(obj: &mut storage::StorageClass) {
+    set(&mut obj.reclaim_policy, "Delete".to_string());
+    set(&mut obj.volume_binding_mode, "Immediate".to_string());
 }
 
 pub fn endpoint_slice(obj: &mut discovery::EndpointSlice) {

@@ -115,6 +115,10 @@ pub enum VolumeError {
     /// Writing the volume's files failed.
     #[error("{0}")]
     Write(String),
+    /// A `persistentVolumeClaim` volume whose claim is missing, unbound, or bound to a volume
+    /// this agent cannot mount (kubelet's message; the pod waits in ContainerCreating).
+    #[error("{0}")]
+    Claim(String),
     /// One volume of a pod failed.
     #[error("MountVolume.SetUp failed for volume \"{volume}\" : {source}")]
     SetUp {
@@ -649,5 +653,168 @@ mod tests {
             .count();
         assert_eq!(stamped, 1, "old data directories are removed");
         assert_eq!(sh_quote("a'b"), "'a'\\''b'");
+    }
+}
+
+/// Where a `persistentVolumeClaim` volume lives on this node: the claim → its bound
+/// PersistentVolume → the volume's `hostPath` or `local` path (mounted like a hostPath
+/// volume). `Err` while the claim is missing or not bound yet, with kubelet's words.
+pub fn claim_host_path(
+    namespace: &str,
+    claim_name: &str,
+    claim: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    volume: Option<&k8s_openapi::api::core::v1::PersistentVolume>,
+) -> Result<PathBuf, VolumeError> {
+    let Some(c) = claim else {
+        return Err(VolumeError::Claim(format!(
+            "persistentvolumeclaim \"{claim_name}\" not found"
+        )));
+    };
+    let phase = c
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("");
+    let volume_name = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .unwrap_or("");
+    if phase != "Bound" || volume_name.is_empty() {
+        return Err(VolumeError::Claim(format!(
+            "PVC {namespace}/{claim_name} has non-bound phase ({phase:?}) or empty pvc.Spec.VolumeName ({volume_name:?})"
+        )));
+    }
+    let Some(v) = volume.filter(|v| v.metadata.name.as_deref() == Some(volume_name)) else {
+        return Err(VolumeError::Claim(format!(
+            "persistentvolume \"{volume_name}\" not found"
+        )));
+    };
+    let spec = v.spec.as_ref();
+    let path = spec
+        .and_then(|s| s.host_path.as_ref().map(|h| h.path.clone()))
+        .or_else(|| spec.and_then(|s| s.local.as_ref().map(|l| l.path.clone())));
+    match path {
+        Some(p) if p.starts_with('/') => Ok(PathBuf::from(p)),
+        _ => Err(VolumeError::Claim(format!(
+            "persistentvolume \"{volume_name}\": only hostPath and local volumes can be mounted by this node"
+        ))),
+    }
+}
+
+/// IO edge for a `persistentVolumeClaim` volume: reads the claim and its volume, then points
+/// the pod's volume directory `dir` at the volume's path (a symlink, which the pod's bind
+/// mount follows), creating a `DirectoryOrCreate` path. `Ok(false)`: `v` is no claim volume.
+/// The pod worker calls it before rendering the other volume types; an `Err` keeps the pod
+/// in ContainerCreating with a FailedMount event, as kubelet does while a claim is unbound.
+pub async fn set_up_claim(
+    client: &kube::Client,
+    namespace: &str,
+    v: &Volume,
+    dir: &Path,
+) -> Result<bool, VolumeError> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    let Some(src) = &v.persistent_volume_claim else {
+        return Ok(false);
+    };
+    let name = src.claim_name.as_str();
+    let fetch = |e: kube::Error, kind: &'static str, n: &str| VolumeError::Fetch {
+        kind,
+        name: n.to_string(),
+        message: e.to_string(),
+    };
+    let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
+    let claim = claims
+        .get_opt(name)
+        .await
+        .map_err(|e| fetch(e, "persistentvolumeclaim", name))?;
+    let volume_name = claim
+        .as_ref()
+        .and_then(|c| c.spec.as_ref())
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    let volume = if volume_name.is_empty() {
+        None
+    } else {
+        let pvs: kube::Api<PersistentVolume> = kube::Api::all(client.clone());
+        pvs.get_opt(&volume_name)
+            .await
+            .map_err(|e| fetch(e, "persistentvolume", &volume_name))?
+    };
+    let path = claim_host_path(namespace, name, claim.as_ref(), volume.as_ref())?;
+    let create = volume
+        .as_ref()
+        .and_then(|v| v.spec.as_ref())
+        .and_then(|s| s.host_path.as_ref())
+        .and_then(|h| h.type_.as_deref())
+        == Some("DirectoryOrCreate");
+    let io = |e: std::io::Error| VolumeError::Write(e.to_string());
+    if create {
+        tokio::fs::create_dir_all(&path).await.map_err(io)?;
+    }
+    if let Ok(current) = tokio::fs::read_link(dir).await {
+        if current == path {
+            return Ok(true);
+        }
+        tokio::fs::remove_file(dir).await.map_err(io)?;
+    } else if tokio::fs::symlink_metadata(dir).await.is_ok() {
+        // An empty directory from before the claim was bound.
+        tokio::fs::remove_dir(dir).await.map_err(io)?;
+    }
+    if let Some(parent) = dir.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(io)?;
+    }
+    tokio::fs::symlink(&path, dir).await.map_err(io)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod claim_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn claim_host_path_table() {
+        let claim = |phase: &str, vol: &str| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "data"}, "spec": {"volumeName": vol}, "status": {"phase": phase}})).unwrap()
+        };
+        let pv = |src: serde_json::Value| -> k8s_openapi::api::core::v1::PersistentVolume {
+            let mut spec = json!({});
+            if let (Some(m), Some(s)) = (spec.as_object_mut(), src.as_object()) {
+                m.extend(s.clone());
+            }
+            serde_json::from_value(json!({"metadata": {"name": "pv1"}, "spec": spec})).unwrap()
+        };
+        let host = pv(json!({"hostPath": {"path": "/data/storage/pv1"}}));
+        let local = pv(json!({"local": {"path": "/mnt/disk"}}));
+        let nfs = pv(json!({"nfs": {"server": "s", "path": "/x"}}));
+        let bound = claim("Bound", "pv1");
+        let pending = claim("Pending", "");
+        let err = |r: Result<PathBuf, VolumeError>| r.unwrap_err().to_string();
+        assert_eq!(
+            claim_host_path("ns", "data", Some(&bound), Some(&host)).unwrap(),
+            PathBuf::from("/data/storage/pv1")
+        );
+        assert_eq!(
+            claim_host_path("ns", "data", Some(&bound), Some(&local)).unwrap(),
+            PathBuf::from("/mnt/disk")
+        );
+        assert_eq!(
+            err(claim_host_path("ns", "data", None, None)),
+            "persistentvolumeclaim \"data\" not found"
+        );
+        assert_eq!(
+            err(claim_host_path("ns", "data", Some(&pending), None)),
+            "PVC ns/data has non-bound phase (\"Pending\") or empty pvc.Spec.VolumeName (\"\")"
+        );
+        assert_eq!(
+            err(claim_host_path("ns", "data", Some(&bound), None)),
+            "persistentvolume \"pv1\" not found"
+        );
+        assert!(
+            err(claim_host_path("ns", "data", Some(&bound), Some(&nfs)))
+                .contains("only hostPath and local")
+        );
     }
 }

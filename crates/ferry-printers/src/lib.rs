@@ -52,6 +52,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::api::events::v1 as events;
 use k8s_openapi::api::networking::v1 as networking;
+use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
@@ -108,6 +109,10 @@ now_wrappers! {
     network_policy => network_policy_at: networking::NetworkPolicy,
     lease => lease_at: coordination::Lease,
     events_event => events_event_at: events::Event,
+    replication_controller => replication_controller_at: core::ReplicationController,
+    persistent_volume => persistent_volume_at: core::PersistentVolume,
+    persistent_volume_claim => persistent_volume_claim_at: core::PersistentVolumeClaim,
+    storage_class => storage_class_at: storage::StorageClass,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -940,6 +945,173 @@ pub fn events_event_at(obj: &events::Event, now: Timestamp) -> Vec<Value> {
 }
 
 /// Column definitions per kind.
+// ---------------------------------------------------------------------------------------------
+// ReplicationController, PersistentVolume, PersistentVolumeClaim, StorageClass
+
+pub fn replication_controller_at(obj: &core::ReplicationController, now: Timestamp) -> Vec<Value> {
+    let spec = obj.spec.clone().unwrap_or_default();
+    let status = obj.status.clone().unwrap_or_default();
+    let (names, images) = spec
+        .template
+        .as_ref()
+        .map(container_cells)
+        .unwrap_or_default();
+    vec![
+        name(&obj.metadata),
+        int(spec.replicas.unwrap_or(0)),
+        int(status.replicas),
+        int(status.ready_replicas.unwrap_or(0)),
+        age(&obj.metadata, now),
+        text(names),
+        text(images),
+        text(format_labels(spec.selector.as_ref())),
+    ]
+}
+
+/// Upstream's `GetAccessModesAsString`: RWO, ROX, RWX, RWOP, each once, in that order.
+pub fn access_modes(modes: &[String]) -> String {
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .iter()
+    .filter(|(m, _)| modes.iter().any(|x| x == m))
+    .map(|(_, short)| *short)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+const BETA_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+fn class_of(meta: &ObjectMeta, spec_class: &Option<String>) -> String {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(BETA_STORAGE_CLASS))
+        .cloned()
+        .or_else(|| spec_class.clone())
+        .unwrap_or_default()
+}
+
+fn phase_or_terminating(meta: &ObjectMeta, phase: Option<&str>) -> String {
+    if meta.deletion_timestamp.is_some() {
+        "Terminating".to_string()
+    } else {
+        phase.unwrap_or("").to_string()
+    }
+}
+
+fn unset(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| "<unset>".to_string())
+}
+
+pub fn persistent_volume_at(obj: &core::PersistentVolume, now: Timestamp) -> Vec<Value> {
+    let spec = obj.spec.clone().unwrap_or_default();
+    let status = obj.status.clone().unwrap_or_default();
+    let claim = spec
+        .claim_ref
+        .as_ref()
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c.namespace.as_deref().unwrap_or(""),
+                c.name.as_deref().unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let capacity = spec
+        .capacity
+        .as_ref()
+        .and_then(|c| c.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    vec![
+        name(&obj.metadata),
+        text(capacity),
+        text(access_modes(
+            spec.access_modes.as_deref().unwrap_or_default(),
+        )),
+        text(
+            spec.persistent_volume_reclaim_policy
+                .clone()
+                .unwrap_or_default(),
+        ),
+        text(phase_or_terminating(&obj.metadata, status.phase.as_deref())),
+        text(claim),
+        text(class_of(&obj.metadata, &spec.storage_class_name)),
+        text(unset(&spec.volume_attributes_class_name)),
+        text(status.reason.clone().unwrap_or_default()),
+        age(&obj.metadata, now),
+        text(unset(&spec.volume_mode)),
+    ]
+}
+
+pub fn persistent_volume_claim_at(obj: &core::PersistentVolumeClaim, now: Timestamp) -> Vec<Value> {
+    let spec = obj.spec.clone().unwrap_or_default();
+    let status = obj.status.clone().unwrap_or_default();
+    let volume = spec.volume_name.clone().unwrap_or_default();
+    let (capacity, modes) = if volume.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (
+            status
+                .capacity
+                .as_ref()
+                .and_then(|c| c.get("storage"))
+                .map(|q| q.0.clone())
+                .unwrap_or_default(),
+            access_modes(status.access_modes.as_deref().unwrap_or_default()),
+        )
+    };
+    vec![
+        name(&obj.metadata),
+        text(phase_or_terminating(&obj.metadata, status.phase.as_deref())),
+        text(volume),
+        text(capacity),
+        text(modes),
+        text(class_of(&obj.metadata, &spec.storage_class_name)),
+        text(unset(&spec.volume_attributes_class_name)),
+        age(&obj.metadata, now),
+        text(unset(&spec.volume_mode)),
+    ]
+}
+
+/// `storageclass.kubernetes.io/is-default-class` (and its beta form) set to "true".
+pub fn is_default_class(meta: &ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| {
+        [
+            "storageclass.kubernetes.io/is-default-class",
+            "storageclass.beta.kubernetes.io/is-default-class",
+        ]
+        .iter()
+        .any(|k| a.get(*k).map(String::as_str) == Some("true"))
+    })
+}
+
+pub fn storage_class_at(obj: &storage::StorageClass, now: Timestamp) -> Vec<Value> {
+    let mut n = obj.metadata.name.clone().unwrap_or_default();
+    if is_default_class(&obj.metadata) {
+        n.push_str(" (default)");
+    }
+    vec![
+        text(n),
+        text(obj.provisioner.clone()),
+        text(
+            obj.reclaim_policy
+                .clone()
+                .unwrap_or_else(|| "Delete".into()),
+        ),
+        text(
+            obj.volume_binding_mode
+                .clone()
+                .unwrap_or_else(|| "Immediate".into()),
+        ),
+        Value::Bool(obj.allow_volume_expansion.unwrap_or(false)),
+        age(&obj.metadata, now),
+    ]
+}
+
 pub mod columns {
     use crate::Column;
 
@@ -968,6 +1140,176 @@ pub mod columns {
         col("Age", "string", AGE, 0)
     }
 
+    pub fn replication_controller() -> Vec<Column> {
+        vec![
+            Column::name_column(),
+            col(
+                "Desired",
+                "integer",
+                "Replicas is the number of desired replicas. This is a pointer to distinguish between explicit zero and unspecified. Defaults to 1.",
+                0,
+            ),
+            col(
+                "Current",
+                "integer",
+                "Replicas is the most recently observed number of replicas.",
+                0,
+            ),
+            col(
+                "Ready",
+                "integer",
+                "The number of ready replicas for this replication controller.",
+                0,
+            ),
+            age(),
+            col("Containers", "string", CONTAINERS, 1),
+            col("Images", "string", IMAGES, 1),
+            col(
+                "Selector",
+                "string",
+                "Selector is a label query over pods that should match the Replicas count.",
+                1,
+            ),
+        ]
+    }
+    pub fn persistent_volume() -> Vec<Column> {
+        vec![
+            Column::name_column(),
+            col(
+                "Capacity",
+                "string",
+                "capacity is the description of the persistent volume's resources and capacity.",
+                0,
+            ),
+            col(
+                "Access Modes",
+                "string",
+                "accessModes contains all ways the volume can be mounted.",
+                0,
+            ),
+            col(
+                "Reclaim Policy",
+                "string",
+                "persistentVolumeReclaimPolicy defines what happens to a persistent volume when released from its claim.",
+                0,
+            ),
+            col(
+                "Status",
+                "string",
+                "phase indicates if a volume is available, bound to a claim, or released by a claim.",
+                0,
+            ),
+            col(
+                "Claim",
+                "string",
+                "claimRef is part of a bi-directional binding between PersistentVolume and PersistentVolumeClaim.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "storageClassName is the name of StorageClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "Name of VolumeAttributesClass to which this persistent volume belongs.",
+                0,
+            ),
+            col(
+                "Reason",
+                "string",
+                "reason is a brief CamelCase string that describes any failure and is meant for machine parsing and tidy display in the CLI.",
+                0,
+            ),
+            age(),
+            col(
+                "VolumeMode",
+                "string",
+                "volumeMode defines if a volume is intended to be used with a formatted filesystem or to remain in raw block state.",
+                1,
+            ),
+        ]
+    }
+    pub fn persistent_volume_claim() -> Vec<Column> {
+        vec![
+            Column::name_column(),
+            col(
+                "Status",
+                "string",
+                "phase represents the current phase of PersistentVolumeClaim.",
+                0,
+            ),
+            col(
+                "Volume",
+                "string",
+                "volumeName is the binding reference to the PersistentVolume backing this claim.",
+                0,
+            ),
+            col(
+                "Capacity",
+                "string",
+                "capacity represents the actual resources of the underlying volume.",
+                0,
+            ),
+            col(
+                "Access Modes",
+                "string",
+                "accessModes contains the actual access modes the volume backing the PVC has.",
+                0,
+            ),
+            col(
+                "StorageClass",
+                "string",
+                "storageClassName is the name of the StorageClass required by the claim.",
+                0,
+            ),
+            col(
+                "VolumeAttributesClass",
+                "string",
+                "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this claim.",
+                0,
+            ),
+            age(),
+            col(
+                "VolumeMode",
+                "string",
+                "volumeMode defines what type of volume is required by the claim.",
+                1,
+            ),
+        ]
+    }
+    pub fn storage_class() -> Vec<Column> {
+        vec![
+            Column::name_column(),
+            col(
+                "Provisioner",
+                "string",
+                "Indicates the type of the provisioner.",
+                0,
+            ),
+            col(
+                "ReclaimPolicy",
+                "string",
+                "Dynamically provisioned PersistentVolumes of this storage class are created with this reclaimPolicy. Defaults to Delete.",
+                0,
+            ),
+            col(
+                "VolumeBindingMode",
+                "string",
+                "VolumeBindingMode indicates how PersistentVolumeClaims should be provisioned and bound. When unset, VolumeBindingImmediate is used.",
+                0,
+            ),
+            col(
+                "AllowVolumeExpansion",
+                "string",
+                "AllowVolumeExpansion shows whether the storage class allow volume expand.",
+                0,
+            ),
+            age(),
+        ]
+    }
     pub fn namespace() -> Vec<Column> {
         vec![
             Column::name_column(),

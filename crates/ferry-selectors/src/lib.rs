@@ -185,3 +185,47 @@ pub fn events_event(obj: &events::Event, field: &str) -> Option<String> {
         _ => None,
     }
 }
+
+pub fn replication_controller(obj: &core::ReplicationController, field: &str) -> Option<String> {
+    match field {
+        "status.replicas" => Some(
+            obj.status
+                .as_ref()
+                .map(|st| st.replicas)
+                .unwrap_or(0)
+                .to_string(),
+        ),
+        _ => None,
+    }
+}
+
+pub fn persistent_volume(obj: &core::PersistentVolume, field: &str) -> Option<String> {
+    match field {
+        "status.phase" => Some(
+            obj.status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+        ),
+        _ => None,
+    }
+}
+
+pub fn persistent_volume_claim(obj: &core::PersistentVolumeClaim, field: &str) -> Option<String> {
+    match field {
+        "status.phase" => Some(
+            obj.status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+        ),
+        _ => None,
+    }
+}
+
+pub fn storage_class(
+    _obj: &k8s_openapi::api::storage::v1::StorageClass,
+    _field: &str,
+) -> Option<String> {
+    None
+}

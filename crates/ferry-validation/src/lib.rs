@@ -9,10 +9,16 @@ mod core_kinds;
 mod networking;
 mod pod;
 mod service;
+pub mod storage;
 pub mod workloads;
 
 #[cfg(test)]
 mod tests;
+
+pub use storage::{
+    persistent_volume, persistent_volume_claim, persistent_volume_claim_status,
+    persistent_volume_status, replication_controller, replication_controller_status, storage_class,
+};
 
 pub use common::{
     allow_loopback_addresses, loopback_addresses_allowed, validate_label_selector, validate_labels,

@@ -461,11 +461,13 @@ pub async fn start_services(
         kube_dns_ip(&service_range).context("the Service range has no room for kube-dns")?;
     let root = is_root();
     ensure_kube_dns_service(running, &[dns_ip]).await;
+    ensure_storage_class(running).await;
 
     let cluster_cidr = cluster_cidr(a);
     start_controllers(
         &ids.controllers,
         shutdown,
+        &a.data_dir,
         &a.controllers_arg,
         &cluster_cidr,
         &service_range,
@@ -582,6 +584,7 @@ async fn start_netns(
     // kube-dns answers on both families of a dual-stack cluster (a PreferDualStack Service).
     let dns_ips = kube_dns_ips(&service_range);
     ensure_kube_dns_service(running, &dns_ips).await;
+    ensure_storage_class(running).await;
 
     // The cluster network; whatever a previous run on this data directory left goes first.
     let prefix = netns::prefix_for(&a.data_dir);
@@ -676,6 +679,7 @@ async fn start_netns(
     start_controllers(
         &ids.controllers,
         shutdown,
+        &a.data_dir,
         &a.controllers_arg,
         &cluster_cidr,
         &service_range,
@@ -1237,6 +1241,7 @@ async fn ensure_kube_dns_service(running: &ferry_apiserver::Running, ips: &[IpAd
 fn start_controllers(
     kubeconfig: &Path,
     shutdown: &CancellationToken,
+    data_dir: &Path,
     extra: &[String],
     cluster_cidr: &str,
     service_range: &str,
@@ -1263,6 +1268,13 @@ fn start_controllers(
     }
     if !given("--node-ipam-excluded-cidrs") {
         argv.push(format!("--node-ipam-excluded-cidrs={service_range}"));
+    }
+    // The built-in local-path provisioner's volumes (every node shares this machine's disk).
+    if !given("--local-path-dir") {
+        argv.push(format!(
+            "--local-path-dir={}",
+            data_dir.join("storage").display()
+        ));
     }
     argv.extend(extra.iter().cloned());
     let args = Wrap::try_parse_from(argv)
@@ -1474,6 +1486,51 @@ async fn serve_node_ingress(
             ),
             Err(e) => eprintln!("ferry up: ingress on {ip} not started: {e}"),
         }
+    }
+}
+
+/// The default StorageClass `local-path` of the built-in provisioner (as k3s installs one for
+/// its local-path provisioner): claims naming no class get it; volumes are made for the node
+/// of the claim's first pod.
+async fn ensure_storage_class(running: &ferry_apiserver::Running) {
+    let api = &running.server.api;
+    let Some(res) = api
+        .resource("storage.k8s.io", "v1", "storageclasses")
+        .cloned()
+    else {
+        return;
+    };
+    let path = ferry_apiserver::request::ResourcePath {
+        group: "storage.k8s.io".into(),
+        version: "v1".into(),
+        namespace: None,
+        resource: "storageclasses".into(),
+        name: None,
+        subresource: None,
+    };
+    let body = json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": ferry_controllers::storage::binder_core::LOCAL_PATH_CLASS,
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}
+        },
+        "provisioner": ferry_controllers::storage::binder_core::LOCAL_PATH_PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    });
+    match api
+        .create(
+            &res,
+            &path,
+            &ferry_apiserver::request::Query::default(),
+            body,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code == 409 => {}
+        Err(e) => tracing::warn!("creating the StorageClass local-path: {}", e.message),
     }
 }
 

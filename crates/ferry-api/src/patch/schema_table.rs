@@ -41,6 +41,17 @@ pub(super) static FIELD_META: &[(&str, &str, FieldMeta)] = &[
     ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "x-kubernetes-list-map-keys", m(None, None, Some("atomic"), &[], None)),
     ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.JSONSchemaProps", "x-kubernetes-validations", m(Some("merge"), Some("rule"), Some("map"), &["rule"], None)),
     ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.WebhookConversion", "conversionReviewVersions", m(None, None, Some("atomic"), &[], None)),
+    // Issue 27 storage kinds and ReplicationController.
+    ("io.k8s.api.core.v1.CephFSPersistentVolumeSource", "monitors", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.ISCSIPersistentVolumeSource", "portals", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.PersistentVolumeSpec", "accessModes", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.PersistentVolumeSpec", "mountOptions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.RBDPersistentVolumeSource", "monitors", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.ReplicationControllerStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
+    ("io.k8s.api.core.v1.TopologySelectorLabelRequirement", "values", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.core.v1.TopologySelectorTerm", "matchLabelExpressions", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.storage.v1.StorageClass", "allowedTopologies", m(None, None, Some("atomic"), &[], None)),
+    ("io.k8s.api.storage.v1.StorageClass", "mountOptions", m(None, None, Some("atomic"), &[], None)),
     // Issue 16 workload kinds (StatefulSet, DaemonSet, Job, CronJob, PodDisruptionBudget).
     ("io.k8s.api.apps.v1.DaemonSetStatus", "conditions", m(Some("merge"), Some("type"), Some("map"), &["type"], None)),
     ("io.k8s.api.apps.v1.StatefulSetSpec", "volumeClaimTemplates", m(None, None, Some("atomic"), &[], None)),

@@ -5,6 +5,7 @@
 pub mod defaults;
 pub mod noderestriction;
 pub mod serviceaccount;
+pub mod storage;
 
 use serde_json::{Value, json};
 
@@ -153,4 +154,18 @@ pub async fn node_restriction(
     };
     noderestriction::decide(&write)
         .map_err(|reason| forbidden(info.plural, info.group, &name, &reason.0))
+}
+
+/// `DefaultStorageClass` and `StorageObjectInUseProtection` on a claim create (see
+/// [`storage`]): the StorageClasses come from the watch cache.
+pub fn persistent_volume_claim(api: &Api, claim: &mut Value) {
+    let classes: Vec<Value> = api
+        .resource("storage.k8s.io", "v1", "storageclasses")
+        .and_then(|res| {
+            let rc = api.cache.resource(&res.prefix)?;
+            Some(rc.list(&res.prefix).iter().map(|o| o.value()).collect())
+        })
+        .unwrap_or_default();
+    storage::admit_claim_class(claim, &classes);
+    storage::add_finalizer(claim, storage::PVC_PROTECTION);
 }

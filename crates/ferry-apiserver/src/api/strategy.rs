@@ -264,6 +264,38 @@ impl RestStrategy for NamespaceStrategy {
     }
 }
 
+/// PersistentVolumeClaims: namespace lifecycle, then `DefaultStorageClass` and
+/// `StorageObjectInUseProtection` admission on create.
+pub struct ClaimStrategy;
+impl RestStrategy for ClaimStrategy {
+    fn admit_create<'a: 'b, 'b>(
+        &'b self,
+        cx: CreateContext<'a>,
+        obj: &'b mut Value,
+    ) -> BoxFuture<'b, Result<Option<Txn<'a>>, ApiError>> {
+        Box::pin(async move {
+            cx.api.check_namespace(cx.res, cx.namespace).await?;
+            crate::admission::persistent_volume_claim(cx.api, obj);
+            Ok(None)
+        })
+    }
+}
+
+/// PersistentVolumes: `StorageObjectInUseProtection` admission on create.
+pub struct VolumeStrategy;
+impl RestStrategy for VolumeStrategy {
+    fn admit_create<'a: 'b, 'b>(
+        &'b self,
+        _cx: CreateContext<'a>,
+        obj: &'b mut Value,
+    ) -> BoxFuture<'b, Result<Option<Txn<'a>>, ApiError>> {
+        Box::pin(async move {
+            crate::admission::storage::add_finalizer(obj, crate::admission::storage::PV_PROTECTION);
+            Ok(None)
+        })
+    }
+}
+
 /// `(group, kind)` → its hooks; the kinds not listed are [`Generic`]. An empty kind stands for
 /// every kind of the group.
 pub static REGISTRY: &[(&str, &str, &dyn RestStrategy)] = &[
@@ -271,6 +303,8 @@ pub static REGISTRY: &[(&str, &str, &dyn RestStrategy)] = &[
     ("", "Service", &ServiceStrategy),
     ("", "Namespace", &NamespaceStrategy),
     ("networking.k8s.io", "Ingress", &IngressStrategy),
+    ("", "PersistentVolumeClaim", &ClaimStrategy),
+    ("", "PersistentVolume", &VolumeStrategy),
     ("", "Endpoints", &CreateOnUpdate),
     ("", "Event", &CreateOnUpdate),
     ("coordination.k8s.io", "Lease", &CreateOnUpdate),

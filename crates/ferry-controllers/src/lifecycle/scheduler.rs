@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -48,7 +49,10 @@ fn node_info(n: &Node, pods: usize) -> NodeInfo {
     }
 }
 
-fn needs(p: &SlimPod) -> PodNeeds {
+fn needs_with(
+    p: &SlimPod,
+    volume_affinity: Vec<k8s_openapi::api::core::v1::VolumeNodeAffinity>,
+) -> PodNeeds {
     let spec = p.spec.clone().unwrap_or_default();
     PodNeeds {
         node_selector: spec.node_selector.unwrap_or_default(),
@@ -63,6 +67,7 @@ fn needs(p: &SlimPod) -> PodNeeds {
                 effect: t.effect.unwrap_or_default(),
             })
             .collect(),
+        volume_affinity,
     }
 }
 
@@ -84,6 +89,11 @@ pub async fn run(
         informers.pods().subscribe(move |_| n.notify_one())
     };
     let nodes: Store<Node> = super::informer(&client, notify.clone(), stop.clone());
+    // The pods' claims, their volumes and classes (the VolumeBinding plugin's view).
+    let claims: Store<PersistentVolumeClaim> =
+        super::informer(&client, notify.clone(), stop.clone());
+    let volumes: Store<PersistentVolume> = super::informer(&client, notify.clone(), stop.clone());
+    let classes: Store<StorageClass> = super::informer(&client, notify.clone(), stop.clone());
     // Not `pods.wait_until_ready()`: the shared store's readiness wakes only one waiter.
     for s in [
         async {
@@ -92,6 +102,12 @@ pub async fn run(
         .boxed(),
         async {
             let _ = nodes.wait_until_ready().await;
+        }
+        .boxed(),
+        async {
+            let _ = claims.wait_until_ready().await;
+            let _ = volumes.wait_until_ready().await;
+            let _ = classes.wait_until_ready().await;
         }
         .boxed(),
     ] {
@@ -164,7 +180,61 @@ pub async fn run(
                 .collect();
             let ns = p.namespace().unwrap_or_default();
             let api: Api<SlimPod> = Api::namespaced(client.clone(), &ns);
-            match core::choose(&needs(p), &infos) {
+            let claim_names: Vec<&str> = p.claim_names().collect();
+            let vols = if claim_names.is_empty() {
+                Ok(core::Volumes::default())
+            } else {
+                core::pod_volumes(
+                    &claim_names,
+                    &|n| {
+                        crate::runtime::ObjectKey::new(ns.clone(), n)
+                            .get(&claims)
+                            .map(|c| (*c).clone())
+                    },
+                    &|n| {
+                        crate::runtime::ObjectKey::new("", n)
+                            .get(&volumes)
+                            .map(|v| (*v).clone())
+                    },
+                    &|c| {
+                        crate::runtime::ObjectKey::new("", c)
+                            .get(&classes)
+                            .is_some_and(|sc| {
+                                sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+                            })
+                    },
+                )
+            };
+            let vols = match vols {
+                Ok(v) => v,
+                Err(reason) => {
+                    let msg = format!("0/{} nodes are available: {reason}.", infos.len());
+                    let again = reported
+                        .get(&uid)
+                        .is_none_or(|(m, t)| *m != msg || t.elapsed() > RETRY_EVENT_AFTER);
+                    if again {
+                        unschedulable(&client, p, &msg).await;
+                        reported.insert(uid.clone(), (msg, Instant::now()));
+                    }
+                    continue;
+                }
+            };
+            match core::choose(&needs_with(p, vols.affinity.clone()), &infos) {
+                Ok(node) if !vols.delayed.is_empty() => {
+                    // WaitForFirstConsumer claims: provisioned (or bound) for the chosen node
+                    // first; the pod is bound once every claim is.
+                    for (claim, _) in vols.delayed.iter().filter(|(_, selected)| !selected) {
+                        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+                        let patch = json!({"metadata": {"annotations": {
+                            crate::storage::binder_core::ANN_SELECTED_NODE: node}}});
+                        if let Err(e) = api
+                            .patch(claim, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                        {
+                            tracing::debug!("selecting node {node} for claim {ns}/{claim}: {e}");
+                        }
+                    }
+                }
                 Ok(node) => {
                     let binding = json!({"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": p.name_any(), "namespace": ns},

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, VolumeNodeAffinity};
+
 /// A taint or toleration, reduced to what filtering needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
@@ -32,10 +34,78 @@ pub struct NodeInfo {
     pub pods: usize,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodNeeds {
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
+    /// The node affinity of each PersistentVolume bound to the pod's claims.
+    pub volume_affinity: Vec<VolumeNodeAffinity>,
+}
+
+/// The pod's claims as the scheduler sees them: the bound volumes' node affinity, and the
+/// claims waiting for their first consumer (name, has a selected node already).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Volumes {
+    pub affinity: Vec<VolumeNodeAffinity>,
+    pub delayed: Vec<(String, bool)>,
+}
+
+/// Why a pod's claims keep it from being scheduled (upstream's VolumeBinding reasons).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct VolumeWait(pub String);
+
+/// Upstream's VolumeBinding PreFilter: every claim exists and is not being deleted; a bound
+/// claim's volume exists; an unbound claim is of a `WaitForFirstConsumer` class. `Err` is the
+/// reason the pod waits.
+pub fn pod_volumes(
+    claims: &[&str],
+    claim: &dyn Fn(&str) -> Option<PersistentVolumeClaim>,
+    volume: &dyn Fn(&str) -> Option<PersistentVolume>,
+    wait_for_consumer: &dyn Fn(&str) -> bool,
+) -> Result<Volumes, VolumeWait> {
+    let mut out = Volumes::default();
+    for name in claims {
+        let Some(c) = claim(name) else {
+            return Err(VolumeWait(format!(
+                "persistentvolumeclaim \"{name}\" not found"
+            )));
+        };
+        if c.metadata.deletion_timestamp.is_some() {
+            return Err(VolumeWait(format!(
+                "persistentvolumeclaim \"{name}\" is being deleted"
+            )));
+        }
+        let vn = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        if !vn.is_empty() {
+            let Some(v) = volume(&vn) else {
+                return Err(VolumeWait(
+                    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+                        .into(),
+                ));
+            };
+            if let Some(a) = v.spec.and_then(|s| s.node_affinity) {
+                out.affinity.push(a);
+            }
+            continue;
+        }
+        let class = crate::storage::binder_core::claim_class(&c);
+        if !class.is_empty() && wait_for_consumer(&class) {
+            out.delayed.push((
+                name.to_string(),
+                crate::storage::binder_core::selected_node(&c).is_some(),
+            ));
+        } else {
+            return Err(VolumeWait(
+                "pod has unbound immediate PersistentVolumeClaims".into(),
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Why nodes were filtered out, for the FailedScheduling message.
@@ -45,6 +115,7 @@ pub struct Rejections {
     pub unschedulable: usize,
     pub selector: usize,
     pub taints: usize,
+    pub volume_affinity: usize,
 }
 
 fn tolerates(t: &Toleration, taint: &Taint) -> bool {
@@ -104,6 +175,14 @@ pub fn choose(pod: &PodNeeds, nodes: &[NodeInfo]) -> Result<String, Rejections> 
             why.taints += 1;
             continue;
         }
+        if !pod
+            .volume_affinity
+            .iter()
+            .all(|a| crate::storage::binder_core::node_fits(Some(a), &n.name, &n.labels))
+        {
+            why.volume_affinity += 1;
+            continue;
+        }
         if best.is_none_or(|b| (n.pods, &n.name) < (b.pods, &b.name)) {
             best = Some(n);
         }
@@ -123,6 +202,12 @@ pub fn message(total: usize, why: &Rejections) -> String {
     }
     if why.taints > 0 {
         parts.push(format!("{} node(s) had untolerated taint(s)", why.taints));
+    }
+    if why.volume_affinity > 0 {
+        parts.push(format!(
+            "{} node(s) had volume node affinity conflict",
+            why.volume_affinity
+        ));
     }
     if why.unschedulable > 0 {
         parts.push(format!("{} node(s) were unschedulable", why.unschedulable));
@@ -169,8 +254,10 @@ mod tests {
         let sel = |k: &str, v: &str| PodNeeds {
             node_selector: [(k.to_string(), v.to_string())].into(),
             tolerations: vec![],
+            volume_affinity: vec![],
         };
         let tol = PodNeeds {
+            volume_affinity: vec![],
             node_selector: BTreeMap::new(),
             tolerations: vec![Toleration {
                 key: "gpu".into(),
@@ -221,6 +308,7 @@ mod tests {
                     unschedulable: 1,
                     selector: 2,
                     taints: 0,
+                    volume_affinity: 0,
                 }),
             ),
             (
@@ -283,5 +371,80 @@ mod tests {
                 Err(_) => proptest::prop_assert!(nodes.iter().all(|x| !x.ready)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod volume_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(v: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn pod_volumes_table() {
+        let bound = claim(json!({"metadata": {"name": "a"}, "spec": {"volumeName": "pv-a"}}));
+        let wffc =
+            claim(json!({"metadata": {"name": "b"}, "spec": {"storageClassName": "local-path"}}));
+        let selected = claim(
+            json!({"metadata": {"name": "s", "annotations": {"volume.kubernetes.io/selected-node": "n1"}},
+            "spec": {"storageClassName": "local-path"}}),
+        );
+        let immediate =
+            claim(json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "fast"}}));
+        let orphan = claim(json!({"metadata": {"name": "o"}, "spec": {"volumeName": "gone"}}));
+        let pv: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "pv-a"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]}}}})).unwrap();
+        let claims = [bound, wffc, selected, immediate, orphan];
+        let lookup = |n: &str| {
+            claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(n))
+                .cloned()
+        };
+        let vol = |n: &str| (n == "pv-a").then(|| pv.clone());
+        let wait = |c: &str| c == "local-path";
+        let ok = pod_volumes(&["a", "b", "s"], &lookup, &vol, &wait).unwrap();
+        assert_eq!(ok.affinity.len(), 1);
+        assert_eq!(
+            ok.delayed,
+            vec![("b".to_string(), false), ("s".to_string(), true)]
+        );
+        assert_eq!(
+            pod_volumes(&["x"], &lookup, &vol, &wait),
+            Err(VolumeWait("persistentvolumeclaim \"x\" not found".into()))
+        );
+        assert_eq!(
+            pod_volumes(&["c"], &lookup, &vol, &wait),
+            Err(VolumeWait(
+                "pod has unbound immediate PersistentVolumeClaims".into()
+            ))
+        );
+        assert!(pod_volumes(&["o"], &lookup, &vol, &wait).is_err());
+        // The bound volume's affinity pins the pod to n2.
+        let node = |name: &str| NodeInfo {
+            name: name.into(),
+            labels: [("kubernetes.io/hostname".to_string(), name.to_string())].into(),
+            ready: true,
+            unschedulable: false,
+            taints: vec![],
+            pods: 0,
+        };
+        let needs = PodNeeds {
+            volume_affinity: ok.affinity,
+            ..Default::default()
+        };
+        assert_eq!(
+            choose(&needs, &[node("n1"), node("n2")]),
+            Ok("n2".to_string())
+        );
+        let why = choose(&needs, &[node("n1")]).unwrap_err();
+        assert_eq!(
+            message(1, &why),
+            "0/1 nodes are available: 1 node(s) had volume node affinity conflict."
+        );
     }
 }

@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, ReplicaSetSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::ReplicationController;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
@@ -47,6 +49,7 @@ struct Workloads {
     client: kube::Client,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
+    rcs: Store<ReplicationController>,
     pods: Store<SlimPod>,
     /// Pods by controller uid, orphans by namespace.
     pod_index: Arc<ControllerIndex>,
@@ -69,10 +72,73 @@ impl Reconciler for ReplicaSets {
     }
     async fn reconcile(&self, key: &ObjectKey) -> kube::Result<Action> {
         match key.get(&self.0.replica_sets) {
-            Some(rs) => self.0.sync_replica_set(&rs).await,
+            Some(rs) => self.0.sync_replica_set(&rs, false).await,
             None => Ok(Action::Done),
         }
     }
+}
+
+/// The ReplicationController controller's reconciler: a ReplicationController is synced as
+/// the ReplicaSet it is equivalent to (its selector a plain label map).
+struct ReplicationControllers(Arc<Workloads>);
+
+impl Reconciler for ReplicationControllers {
+    type Key = ObjectKey;
+    type Error = kube::Error;
+    fn name(&self) -> &'static str {
+        "replication-controller"
+    }
+    async fn reconcile(&self, key: &ObjectKey) -> kube::Result<Action> {
+        match key.get(&self.0.rcs) {
+            Some(rc) => self.0.sync_replica_set(&rc_as_replica_set(&rc), true).await,
+            None => Ok(Action::Done),
+        }
+    }
+}
+
+/// The ReplicaSet a ReplicationController stands for (upstream's `conversion.go` of the
+/// replication manager).
+pub fn rc_as_replica_set(rc: &ReplicationController) -> ReplicaSet {
+    let spec = rc.spec.clone().unwrap_or_default();
+    let status = rc.status.clone();
+    ReplicaSet {
+        metadata: rc.metadata.clone(),
+        spec: ReplicaSetSpec {
+            replicas: spec.replicas,
+            min_ready_seconds: spec.min_ready_seconds,
+            selector: LabelSelector {
+                match_labels: spec.selector,
+                match_expressions: None,
+            },
+            template: spec.template,
+        },
+        status: status.map(|s| k8s_openapi::api::apps::v1::ReplicaSetStatus {
+            replicas: s.replicas,
+            fully_labeled_replicas: s.fully_labeled_replicas,
+            ready_replicas: s.ready_replicas,
+            available_replicas: s.available_replicas,
+            observed_generation: s.observed_generation,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| k8s_openapi::api::apps::v1::ReplicaSetCondition {
+                        type_: Some(c.type_),
+                        status: Some(c.status),
+                        reason: c.reason,
+                        message: c.message,
+                        last_transition_time: c.last_transition_time,
+                    })
+                    .collect()
+            }),
+            terminating_replicas: None,
+        }),
+    }
+}
+
+fn rc_selects(rc: &ReplicationController, labels: &BTreeMap<String, String>) -> bool {
+    rc.spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .is_some_and(|sel| !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
 impl Reconciler for Deployments {
@@ -99,6 +165,20 @@ fn deployment_selects(d: &Deployment, labels: &BTreeMap<String, String>) -> bool
 
 pub async fn run(client: kube::Client, informers: runtime::Informers, stop: CancellationToken) {
     let rs_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
+    let rc_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
+    let rcs = {
+        let q = rc_queue.clone();
+        runtime::reflect(
+            Api::<ReplicationController>::all(client.clone()),
+            watcher::Config::default(),
+            stop.clone(),
+            move |ch| {
+                for rc in ch.objects() {
+                    q.add(ObjectKey::of(rc));
+                }
+            },
+        )
+    };
     let d_queue: Arc<WorkQueue<ObjectKey>> = Arc::default();
     let pod_index: Arc<ControllerIndex> = Arc::default();
     let rs_index: Arc<ControllerIndex> = Arc::default();
@@ -151,10 +231,14 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
             pod_index.clone(),
             replica_sets.clone(),
         );
+        let (cq, rcs) = (rc_queue.clone(), rcs.clone());
         informers.pods().subscribe(move |ch| {
             ix.update(&ch);
             for p in ch.objects() {
                 match keys::controller_ref(&p.metadata) {
+                    Some(r) if r.kind == "ReplicationController" && r.api_version == "v1" => {
+                        cq.extend(keys::controller_key::<ReplicationController>(&p.metadata));
+                    }
                     Some(_) => {
                         let Some(k) = keys::controller_key::<ReplicaSet>(&p.metadata) else {
                             continue;
@@ -165,12 +249,20 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
                         }
                         rq.add(k);
                     }
-                    None => rq.extend(keys::selecting(
-                        &rss,
-                        p.metadata.namespace.as_deref().unwrap_or(""),
-                        p.labels(),
-                        rs_selects,
-                    )),
+                    None => {
+                        rq.extend(keys::selecting(
+                            &rss,
+                            p.metadata.namespace.as_deref().unwrap_or(""),
+                            p.labels(),
+                            rs_selects,
+                        ));
+                        cq.extend(keys::selecting(
+                            &rcs,
+                            p.metadata.namespace.as_deref().unwrap_or(""),
+                            p.labels(),
+                            rc_selects,
+                        ));
+                    }
                 }
             }
         })
@@ -178,6 +270,7 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
     let synced = async {
         deployments.wait_until_ready().await.is_ok()
             && replica_sets.wait_until_ready().await.is_ok()
+            && rcs.wait_until_ready().await.is_ok()
             && informers.pods().wait_synced(&stop).await
     };
     tokio::select! {
@@ -188,6 +281,7 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
         client,
         deployments,
         replica_sets,
+        rcs,
         pods,
         pod_index,
         rs_index,
@@ -197,6 +291,12 @@ pub async fn run(client: kube::Client, informers: runtime::Informers, stop: Canc
         runtime::worker::run(
             Arc::new(ReplicaSets(w.clone())),
             rs_queue,
+            WORKERS,
+            stop.clone()
+        ),
+        runtime::worker::run(
+            Arc::new(ReplicationControllers(w.clone())),
+            rc_queue,
             WORKERS,
             stop.clone()
         ),
@@ -313,9 +413,9 @@ fn revision(rs: &ReplicaSet) -> i64 {
 }
 
 /// The patch adding `owner` as controller of an object (resourceVersion precondition).
-fn adopt_patch<O: Resource<DynamicType = ()>>(meta: &ObjectMeta, owner: &O) -> Value {
+fn adopt_patch(meta: &ObjectMeta, owner: &OwnerReference) -> Value {
     let mut refs = meta.owner_references.clone().unwrap_or_default();
-    refs.push(controller_ref(owner));
+    refs.push(owner.clone());
     json!({"metadata": {"ownerReferences": refs, "resourceVersion": meta.resource_version}})
 }
 
@@ -339,6 +439,7 @@ fn release_patch(meta: &ObjectMeta, owner_uid: &str) -> Value {
 async fn claim_all<K, O>(
     api: &Api<K>,
     owner: &O,
+    owner_ref: &OwnerReference,
     selects: impl Fn(&K) -> bool,
     candidates: Vec<Arc<K>>,
 ) -> Vec<Arc<K>>
@@ -358,7 +459,7 @@ where
         };
         match core::claim(&owner_uid, owner_deleting, &view) {
             Claim::Owned => owned.push(c),
-            Claim::Adopt => patches.push((adopt_patch(c.meta(), owner), true, c)),
+            Claim::Adopt => patches.push((adopt_patch(c.meta(), owner_ref), true, c)),
             Claim::Release => patches.push((release_patch(c.meta(), &owner_uid), false, c)),
             Claim::Ignore => {}
         }
@@ -427,7 +528,31 @@ impl Workloads {
             .collect()
     }
 
-    async fn sync_replica_set(&self, rs: &ReplicaSet) -> kube::Result<Action> {
+    /// Syncs a ReplicaSet, or a ReplicationController seen as one (`rc`: its owner
+    /// references, Events and status are the ReplicationController's).
+    async fn sync_replica_set(&self, rs: &ReplicaSet, rc: bool) -> kube::Result<Action> {
+        let owner_ref = if rc {
+            OwnerReference {
+                api_version: "v1".into(),
+                kind: "ReplicationController".into(),
+                ..controller_ref(rs)
+            }
+        } else {
+            controller_ref(rs)
+        };
+        let component = if rc {
+            "replication-controller"
+        } else {
+            "replicaset-controller"
+        };
+        let about = || {
+            let mut r = super::events::reference(rs);
+            if rc {
+                r.kind = Some("ReplicationController".into());
+                r.api_version = Some("v1".into());
+            }
+            r
+        };
         let uid = rs.uid().unwrap_or_default();
         let ns = rs.namespace().unwrap_or_default();
         let name = rs.name_any();
@@ -452,6 +577,7 @@ impl Workloads {
         let active: Vec<Arc<SlimPod>> = claim_all(
             &pods_api,
             rs,
+            &owner_ref,
             |p: &SlimPod| crate::workloads2::common::selects(&spec.selector, p.labels()),
             candidates,
         )
@@ -478,7 +604,7 @@ impl Workloads {
                             labels: tm.labels.clone(),
                             annotations: tm.annotations.clone(),
                             finalizers: tm.finalizers.clone(),
-                            owner_references: Some(vec![controller_ref(rs)]),
+                            owner_references: Some(vec![owner_ref.clone()]),
                             ..Default::default()
                         },
                         spec: template.spec.clone(),
@@ -500,11 +626,11 @@ impl Workloads {
                                 Ok(p) => {
                                     super::events::record(
                                         &self.client,
-                                        super::events::reference(rs),
+                                        about(),
                                         "Normal",
                                         "SuccessfulCreate",
                                         format!("Created pod: {}", p.name_any()),
-                                        "replicaset-controller",
+                                        component,
                                     );
                                     e.created.insert(p.name_any());
                                 }
@@ -542,11 +668,11 @@ impl Workloads {
                             Ok(_) => {
                                 super::events::record(
                                     &self.client,
-                                    super::events::reference(rs),
+                                    about(),
                                     "Normal",
                                     "SuccessfulDelete",
                                     format!("Deleted pod: {n}"),
-                                    "replicaset-controller",
+                                    component,
                                 );
                                 e.deleted.insert(n.clone());
                             }
@@ -594,6 +720,10 @@ impl Workloads {
         });
         let cur = serde_json::to_value(rs.status.as_ref()).unwrap_or(Value::Null);
         let mut want = want;
+        if rc && let Some(m) = want.as_object_mut() {
+            // Not a field of ReplicationControllerStatus.
+            m.remove("terminatingReplicas");
+        }
         let mut differs = want
             .as_object()
             .is_some_and(|m| m.iter().any(|(k, v)| cur.get(k).unwrap_or(&json!(0)) != v));
@@ -635,13 +765,16 @@ impl Workloads {
             differs = true;
         }
         if differs {
-            let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
-            api.patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": want})),
-            )
-            .await?;
+            let patch = Patch::Merge(json!({"status": want}));
+            if rc {
+                let api: Api<ReplicationController> = Api::namespaced(self.client.clone(), &ns);
+                api.patch_status(&name, &PatchParams::default(), &patch)
+                    .await?;
+            } else {
+                let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
+                api.patch_status(&name, &PatchParams::default(), &patch)
+                    .await?;
+            }
         }
         if let Some(e) = write_error {
             return Err(e);
@@ -683,6 +816,7 @@ impl Workloads {
         let claimed = claim_all(
             &rs_api,
             d,
+            &controller_ref(d),
             |r: &ReplicaSet| crate::workloads2::common::selects(&spec.selector, r.labels()),
             candidates,
         )

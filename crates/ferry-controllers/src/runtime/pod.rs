@@ -14,7 +14,7 @@
 //!   deletionTimestamp, deletionGracePeriodSeconds, labels, ownerReferences, finalizers, and
 //!   the annotations in [`KEPT_ANNOTATIONS`];
 //! * spec: nodeName, hostname, subdomain, schedulerName, schedulingGates, nodeSelector, tolerations,
-//!   containers' names and ports (named targetPorts);
+//!   containers' names and ports (named targetPorts), volumes' names and claim names;
 //! * status: phase, reason, conditions, podIP(s), startTime, container statuses' name,
 //!   ready, restartCount and terminated state (exit code, reason, finish time).
 
@@ -61,6 +61,38 @@ pub struct PodSpec {
     pub tolerations: Option<Vec<Toleration>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_gates: Option<Vec<PodSchedulingGate>>,
+    /// Only the volumes' names and claim references (the scheduler, the PVC protection).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<Vec<PodVolume>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodVolume {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistent_volume_claim: Option<ClaimSource>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSource {
+    #[serde(default)]
+    pub claim_name: String,
+}
+
+impl SlimPod {
+    /// The claims the pod's volumes name.
+    pub fn claim_names(&self) -> impl Iterator<Item = &str> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .map(|c| c.claim_name.as_str())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -306,7 +338,8 @@ mod tests {
                 "schedulerName": "default-scheduler", "nodeSelector": {"disk": "ssd"},
                 "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
                 "restartPolicy": "Always", "dnsPolicy": "ClusterFirst",
-                "volumes": [{"name": "v", "emptyDir": {}}],
+                "volumes": [{"name": "v", "emptyDir": {}},
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "data", "readOnly": true}}],
                 "containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "b"}],
                     "ports": [{"name": "http", "containerPort": 80, "protocol": "TCP"}],
                     "resources": {"limits": {"cpu": "1"}}}]
@@ -355,6 +388,7 @@ mod tests {
             s.tolerations.as_ref().unwrap()[0].operator.as_deref(),
             Some("Exists")
         );
+        assert_eq!(p.claim_names().collect::<Vec<_>>(), ["data"]);
         let port = &s.containers[0].ports.as_ref().unwrap()[0];
         assert_eq!(
             (port.name.as_deref(), port.container_port),

@@ -6,8 +6,10 @@
 //! and Ready before the next; scale down from the highest ordinal) and Parallel management,
 //! RollingUpdate with `partition` (highest ordinal first, one at a time) and OnDelete,
 //! ControllerRevisions (what `kubectl rollout history/undo` read), and the status counters.
-//! `volumeClaimTemplates` are stored and each pod refers to its claim `<claim>-<set>-<n>`, as
-//! upstream; Ferry does not provision volumes (PersistentVolumeClaims are not served).
+//! `volumeClaimTemplates`: each pod refers to its claim `<claim>-<set>-<n>`, created before the
+//! pod ([`claims_for`]: the template's labels and the set's selector labels), owned per
+//! `persistentVolumeClaimRetentionPolicy` (whenDeleted `Delete`: by the set; whenScaled
+//! `Delete`: by the pod being scaled away), as upstream.
 
 use crate::runtime::SlimPod;
 use std::collections::{BTreeMap, HashSet};
@@ -100,6 +102,54 @@ pub fn new_pod(sts: &StatefulSet, ordinal: i32, template: &Value, revision: &str
         spec["volumes"] = json!(vols);
     }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+}
+
+/// The claims of the pod `ordinal` (upstream `getPersistentVolumeClaims` with the retention
+/// policy's owner reference on the set).
+pub fn claims_for(sts: &StatefulSet, ordinal: i32) -> Vec<Value> {
+    let set = sts.name_any();
+    let selector_labels = sts.spec.selector.match_labels.clone().unwrap_or_default();
+    let delete_with_set = sts
+        .spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_deleted.as_deref())
+        == Some("Delete");
+    sts.spec
+        .volume_claim_templates
+        .iter()
+        .flatten()
+        .map(|t| {
+            let template_name = t.metadata.name.clone().unwrap_or_default();
+            let mut labels = t.metadata.labels.clone().unwrap_or_default();
+            labels.extend(selector_labels.clone());
+            let mut meta = json!({
+                "name": format!("{template_name}-{set}-{ordinal}"),
+                "namespace": sts.namespace(),
+                "labels": labels,
+            });
+            if let Some(a) = t.metadata.annotations.as_ref().filter(|a| !a.is_empty()) {
+                meta["annotations"] = json!(a);
+            }
+            if delete_with_set {
+                let mut r = common::controller_ref("apps/v1", "StatefulSet", &sts.metadata);
+                r.controller = None;
+                r.block_owner_deletion = None;
+                meta["ownerReferences"] = json!([r]);
+            }
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
+                "spec": t.spec.clone().unwrap_or_default()})
+        })
+        .collect()
+}
+
+/// Whether claims of pods scaled away go with their pod (whenScaled `Delete`).
+fn delete_when_scaled(sts: &StatefulSet) -> bool {
+    sts.spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_scaled.as_deref())
+        == Some("Delete")
 }
 
 fn new_revision(sts: &StatefulSet, name: &str, hash: &str, data: &Value, number: i64) -> Value {
@@ -439,6 +489,7 @@ impl Reconciler for StatefulSetController {
             return Ok(Action::RequeueAfter(Duration::from_secs(1)));
         }
         let plan = plan(&sts, &pods, &revisions, now_secs());
+        self.claims_before_writes(&sts, &pods, &plan.writes).await?;
         // Revisions first (pods refer to them), then the rest.
         let (revs_w, rest): (Vec<Write>, Vec<Write>) = plan.writes.into_iter().partition(|w| {
             w.res == Res::ControllerRevisions && matches!(w.op, common::Op::Create(_))
@@ -446,6 +497,75 @@ impl Reconciler for StatefulSetController {
         let done: Vec<Done> = common::exec_in_order(&self.client, revs_w, rest).await?;
         self.expect.record(&uid, &done, 0);
         Ok(common::requeue(plan.requeue_after))
+    }
+}
+
+impl StatefulSetController {
+    /// Each pod to create gets its claims first (an existing claim is kept); each pod scaled
+    /// away under whenScaled `Delete` first becomes an owner of its claims.
+    async fn claims_before_writes(
+        &self,
+        sts: &StatefulSet,
+        pods: &[&SlimPod],
+        writes: &[Write],
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+        use kube::api::{Patch, PatchParams, PostParams};
+        let ns = sts.namespace().unwrap_or_default();
+        let set = sts.name_any();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let replicas = sts.spec.replicas.unwrap_or(1);
+        for w in writes.iter().filter(|w| w.res == Res::Pods) {
+            match &w.op {
+                common::Op::Create(pod) => {
+                    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+                    let Some(ordinal) = ordinal_of(&set, name) else {
+                        continue;
+                    };
+                    for claim in claims_for(sts, ordinal) {
+                        let Ok(c) = serde_json::from_value::<PersistentVolumeClaim>(claim) else {
+                            continue;
+                        };
+                        match api.create(&PostParams::default(), &c).await {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(s)) if s.code == 409 => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                common::Op::Delete { name, .. } if delete_when_scaled(sts) => {
+                    let Some(ordinal) = ordinal_of(&set, name).filter(|o| *o >= replicas) else {
+                        continue;
+                    };
+                    let Some(pod) = pods.iter().find(|p| p.name_any() == *name) else {
+                        continue;
+                    };
+                    for claim in claims_for(sts, ordinal) {
+                        let mut refs: Vec<Value> = claim["metadata"]["ownerReferences"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default();
+                        refs.push(json!({"apiVersion": "v1", "kind": "Pod", "name": name,
+                            "uid": pod.metadata.uid}));
+                        let cname = claim["metadata"]["name"].as_str().unwrap_or("");
+                        match api
+                            .patch(
+                                cname,
+                                &PatchParams::default(),
+                                &Patch::Merge(json!({"metadata": {"ownerReferences": refs}})),
+                            )
+                            .await
+                        {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(s)) if s.code == 404 => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -695,6 +815,37 @@ mod tests {
         assert!(sm.contains(&"delete ControllerRevisions web-old2".to_string()));
         assert!(!sm.contains(&"delete ControllerRevisions web-old3".to_string()));
         assert_eq!(ordinal_of("web", "web-12"), Some(12));
+        // The claims of ordinal 2: template and selector labels; owned by the set only under
+        // whenDeleted Delete.
+        let c = claims_for(&s, 2);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0]["metadata"]["name"], "www-web-2");
+        assert_eq!(
+            c[0]["metadata"]["labels"],
+            s.spec
+                .selector
+                .match_labels
+                .clone()
+                .map(|m| json!(m))
+                .unwrap()
+        );
+        assert!(c[0]["metadata"].get("ownerReferences").is_none());
+        assert_eq!(c[0]["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+        let mut d = s.clone();
+        d.spec.persistent_volume_claim_retention_policy =
+            serde_json::from_value(json!({"whenDeleted": "Delete", "whenScaled": "Retain"}))
+                .unwrap();
+        let c = claims_for(&d, 0);
+        assert_eq!(
+            c[0]["metadata"]["ownerReferences"][0]["kind"],
+            "StatefulSet"
+        );
+        assert!(
+            c[0]["metadata"]["ownerReferences"][0]
+                .get("controller")
+                .is_none()
+        );
+        assert!(!delete_when_scaled(&d));
         assert_eq!(ordinal_of("web", "webx-1"), None);
     }
 
