@@ -205,6 +205,44 @@ fn storage_classes_claims_volumes_and_replication_controllers() {
         "{}",
         f.k("kubectl", &["get", "pods", "-o", "wide"])
     );
+    // As root every pod has its own mount namespace and the claim is mounted at /data: what
+    // web-0 writes there is on the volume's directory and survives the pod (its replacement,
+    // a new pod of the same name, reads it).
+    if std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    {
+        let running = |uid: &str| {
+            let p = get_json(&f, &["get", "pod", "web-0", "-o", "json"]);
+            p["status"]["phase"] == "Running"
+                && p["metadata"]["uid"].as_str().is_some_and(|u| u != uid)
+        };
+        assert!(
+            eventually(120, || running("")),
+            "{}",
+            f.k("kubectl", &["get", "pods"])
+        );
+        let uid = get_json(&f, &["get", "pod", "web-0", "-o", "json"])["metadata"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let o = f.kubectl(&["exec", "web-0", "--", "sh", "-c", "echo kept > /data/x"]);
+        assert!(o.status.success(), "{}\n{}", text(&o), f.log());
+        assert_eq!(
+            std::fs::read_to_string(std::path::Path::new(&dir).join("x")).unwrap_or_default(),
+            "kept\n",
+            "the file is on the volume's directory"
+        );
+        f.k("kubectl", &["delete", "pod", "web-0"]);
+        assert!(
+            eventually(120, || running(&uid)),
+            "{}",
+            f.k("kubectl", &["get", "pods", "-o", "wide"])
+        );
+        let o = f.kubectl(&["exec", "web-0", "--", "cat", "/data/x"]);
+        assert_eq!(text(&o).trim(), "kept", "{}", f.log());
+    }
     // Deleting the set leaves the claims (whenDeleted Retain); a claim deleted while unused
     // takes its volume and directory with it (Delete).
     f.k("kubectl", &["delete", "statefulset", "web"]);

@@ -184,6 +184,14 @@ pub(super) async fn sync_volumes(
             volume: v.name.clone(),
             source: Box::new(e),
         };
+        // A claim's volume is its bound PersistentVolume's path (the pod waits, FailedMount,
+        // while the claim is unbound).
+        if crate::volumes::set_up_claim(&rt.client, &ns, v, &dir)
+            .await
+            .map_err(fail)?
+        {
+            continue;
+        }
         match crate::volumes::render(v, pod, &objs).map_err(fail)? {
             Some(files) => {
                 crate::volumes::write_atomic(&dir, &files)
