@@ -195,6 +195,33 @@ pub static SETS: &[FieldSet] = &[
         extract: |o| Some(vec![int(o.child("status")?.get("replicas"))?]),
     },
     FieldSet {
+        group: "",
+        kind: "ReplicationController",
+        prefix: "/registry/replicationcontrollers/",
+        fields: &["status.replicas"],
+        own: &[],
+        aliases: &[],
+        extract: |o| Some(vec![int(o.child("status")?.get("replicas"))?]),
+    },
+    FieldSet {
+        group: "",
+        kind: "PersistentVolume",
+        prefix: "/registry/persistentvolumes/",
+        fields: &["status.phase"],
+        own: &[],
+        aliases: &[],
+        extract: |o| Some(vec![text(o.child("status")?.get("phase"))?]),
+    },
+    FieldSet {
+        group: "",
+        kind: "PersistentVolumeClaim",
+        prefix: "/registry/persistentvolumeclaims/",
+        fields: &["status.phase"],
+        own: &[],
+        aliases: &[],
+        extract: |o| Some(vec![text(o.child("status")?.get("phase"))?]),
+    },
+    FieldSet {
         group: "batch",
         kind: "Job",
         prefix: "/registry/batch/jobs/",
@@ -615,6 +642,13 @@ mod tests {
             opt_of((0i32..5).prop_map(|n| json!(n)).boxed()).prop_map(|r| (
                 "apps",
                 "ReplicaSet",
+                json!({"status": {"replicas": r}})
+            )),
+            opt_str().prop_map(|p| ("", "PersistentVolume", json!({"status": {"phase": p}}))),
+            opt_str().prop_map(|p| ("", "PersistentVolumeClaim", json!({"status": {"phase": p}}))),
+            opt_of((0i32..5).prop_map(|n| json!(n)).boxed()).prop_map(|r| (
+                "",
+                "ReplicationController",
                 json!({"status": {"replicas": r}})
             )),
             opt_of((0i32..5).prop_map(|n| json!(n)).boxed()).prop_map(|r| (

@@ -223,9 +223,9 @@ pub(crate) fn generate(kinds: &[&dyn ferry_api::kinds::Strategy]) -> Definitions
                 format!("io.k8s.api.{}.v1.{kind}", group.trim_end_matches(".k8s.io"))
             });
         reviews.push(Review {
-            group: *group,
-            plural: *plural,
-            kind: *kind,
+            group,
+            plural,
+            kind,
             namespaced: *namespaced,
             object,
         });

@@ -944,7 +944,6 @@ pub fn events_event_at(obj: &events::Event, now: Timestamp) -> Vec<Value> {
     event_cells(view, now)
 }
 
-/// Column definitions per kind.
 // ---------------------------------------------------------------------------------------------
 // ReplicationController, PersistentVolume, PersistentVolumeClaim, StorageClass
 
@@ -1112,6 +1111,7 @@ pub fn storage_class_at(obj: &storage::StorageClass, now: Timestamp) -> Vec<Valu
     ]
 }
 
+/// Column definitions per kind.
 pub mod columns {
     use crate::Column;
 

@@ -341,6 +341,7 @@ impl RedbStore {
             },
             fault: None,
             needs_reopen: false,
+            refused_need: 0,
             last_probe: Instant::now(),
         };
         std::thread::Builder::new()
@@ -430,6 +431,10 @@ struct Writer {
     /// redb failed an I/O (and poisons itself after one): the database and the log must be
     /// opened again before the next write.
     needs_reopen: bool,
+    /// The free space the last batch refused for want of room needed: the fault stays until
+    /// that much is free, so readiness does not flap between the probe's smaller need and the
+    /// refused write's.
+    refused_need: u64,
     last_probe: Instant,
 }
 
@@ -614,6 +619,7 @@ impl Writer {
         if self.fault.take().is_some() {
             tracing::info!(dir = %self.dir.display(), "store writes again");
         }
+        self.refused_need = 0;
         *self.shared.fault.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
@@ -631,7 +637,8 @@ impl Writer {
                 return;
             }
             Ok(state) => {
-                if let Some(kind) = fault::check(&state, self.need(0, pending)) {
+                let need = self.need(0, pending).max(self.refused_need);
+                if let Some(kind) = fault::check(&state, need) {
                     self.set_fault(kind, "");
                     return;
                 }
@@ -681,7 +688,12 @@ impl Writer {
             }
         };
         match verdict {
-            Some((kind, detail)) => Err(self.set_fault(kind, &detail)),
+            Some((kind, detail)) => {
+                if kind == FaultKind::NoSpace {
+                    self.refused_need = self.need(bytes, 0);
+                }
+                Err(self.set_fault(kind, &detail))
+            }
             None => Ok(()),
         }
     }

@@ -719,13 +719,36 @@ fn seed_004_ingress_examples() {
     expect(&e, "x.test", "/icons/a.png", None);
     delete(&f, RESOURCE_BACKEND);
 
-    // The class of another controller: not served, no address.
+    // An Ingress without a class gets the default IngressClass at creation (DefaultIngressClass
+    // admission): Ferry's, while it is the only default.
+    apply(&f, SINGLE);
+    let class_of = |name: &str| {
+        f.k(
+            "kubectl",
+            &[
+                "get",
+                "ingress",
+                name,
+                "-o",
+                "jsonpath={.spec.ingressClassName}",
+            ],
+        )
+    };
+    assert_eq!(class_of("test-ingress").trim(), "ferry");
+    // The class of another controller: not served, no address. Once the seed's nginx-example is
+    // a second default, the newest default is the one a new classless Ingress gets (upstream's
+    // rule), and Ferry does not serve it.
     apply(&f, SEED_NGINX_CLASS);
     apply(&f, MINIMAL);
-    apply(&f, SINGLE);
     expect(&e, "x.test", "/testpath", Some("test"));
     assert!(eventually(30, || address(&f, "test-ingress") == "127.0.0.1"));
     assert_eq!(address(&f, "minimal-ingress"), "");
+    apply(
+        &f,
+        &SINGLE.replace("name: test-ingress", "name: classless-later"),
+    );
+    assert_eq!(class_of("classless-later").trim(), "nginx-example");
+    assert_eq!(address(&f, "classless-later"), "");
     // The legacy annotation picks Ferry even with another class named.
     f.k(
         "kubectl",
