@@ -23,6 +23,7 @@ pub mod gnostic;
 mod ops;
 mod render;
 mod schemas;
+pub use schemas::REVIEWS;
 
 /// The `Content-Type` to answer `/openapi/v2` protobuf requests with. kubectl asks with
 /// `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, but Go's media type parser rejects

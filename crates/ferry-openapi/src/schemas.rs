@@ -85,7 +85,7 @@ pub(crate) struct Review {
 
 /// The review kinds every kube-apiserver serves (authentication.k8s.io/v1 and
 /// authorization.k8s.io/v1): group, plural, kind, namespaced.
-pub(crate) const REVIEWS: &[(&str, &str, &str, bool)] = &[
+pub const REVIEWS: &[(&str, &str, &str, bool)] = &[
     (
         "authentication.k8s.io",
         "selfsubjectreviews",

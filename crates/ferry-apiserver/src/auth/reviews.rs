@@ -39,45 +39,9 @@ enum Review {
     TokenRequest,
 }
 
-/// The review kinds (for discovery): (group, plural, kind, namespaced).
-pub const VIRTUAL: &[(&str, &str, &str, bool)] = &[
-    (
-        "authentication.k8s.io",
-        "selfsubjectreviews",
-        "SelfSubjectReview",
-        false,
-    ),
-    (
-        "authentication.k8s.io",
-        "tokenreviews",
-        "TokenReview",
-        false,
-    ),
-    (
-        "authorization.k8s.io",
-        "localsubjectaccessreviews",
-        "LocalSubjectAccessReview",
-        true,
-    ),
-    (
-        "authorization.k8s.io",
-        "selfsubjectaccessreviews",
-        "SelfSubjectAccessReview",
-        false,
-    ),
-    (
-        "authorization.k8s.io",
-        "selfsubjectrulesreviews",
-        "SelfSubjectRulesReview",
-        false,
-    ),
-    (
-        "authorization.k8s.io",
-        "subjectaccessreviews",
-        "SubjectAccessReview",
-        false,
-    ),
-];
+/// The review kinds (for discovery): (group, plural, kind, namespaced); the same table the
+/// OpenAPI documents are built from.
+pub const VIRTUAL: &[(&str, &str, &str, bool)] = ferry_openapi::REVIEWS;
 
 fn which(a: &Attributes) -> Option<Review> {
     if !a.resource_request || a.api_version != "v1" {
